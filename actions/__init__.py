@@ -1,0 +1,1 @@
+"""Decisions and their execution: the policy engine, scheduler drivers, the audit log."""

@@ -1,0 +1,280 @@
+"""The ``trainguard`` command line."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from dataflows.config import ConfigError, Settings, load_settings
+from dataflows.logimport import LogImportError, import_logs
+from dataflows.replay import ReplayError, ReplaySource, count_records
+from detectors.events import Action, Anomaly, DeadLetter
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Streaming anomaly detection and recovery actions for GPU training jobs.",
+)
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+DEMO_DIR = Path(__file__).resolve().parent.parent / "datasets" / "samples" / "demo"
+
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", "-c", envvar="TRAINGUARD_CONFIG", help="YAML settings file.")
+]
+WorkersOpt = Annotated[int, typer.Option("--workers", "-w", min=1, max=64, help="Bytewax worker threads.")]
+
+
+def _fail(message: str) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(2)
+
+
+def _settings(config: Path | None) -> Settings:
+    try:
+        return load_settings(config)
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+
+
+class RunReport:
+    """Collects a run's outputs in-process for the console and the summary."""
+
+    def __init__(self, echo: bool) -> None:
+        self.anomalies: list[Anomaly] = []
+        self.actions: list[Action] = []
+        self.dead = Counter[str]()
+        self.echo = echo
+        self._lock = threading.Lock()
+
+    def on_anomalies(self, items: list[Anomaly]) -> None:
+        with self._lock:
+            self.anomalies.extend(items)
+        if self.echo:
+            for a in items:
+                where = ", ".join(a.nodes) or "-"
+                console.print(
+                    f"[bold yellow]anomaly[/] {a.kind}/{a.category} job={a.job_id or '-'} "
+                    f"nodes={where} layer={a.layer} [dim]{a.anomaly_id}[/]"
+                )
+
+    def on_actions(self, items: list[Action]) -> None:
+        with self._lock:
+            self.actions.extend(items)
+
+    def on_dead_letters(self, items: list[DeadLetter]) -> None:
+        with self._lock:
+            self.dead.update(f"{d.topic}: {d.reason.split(' - at ')[0][:70]}" for d in items)
+
+    def outputs(self, archive: Path | None, kafka: bool = False) -> Any:
+        from dataflows.flow import Outputs
+
+        return Outputs(
+            archive=archive,
+            kafka=kafka,
+            on_anomalies=self.on_anomalies,
+            on_actions=self.on_actions,
+            on_dead_letters=self.on_dead_letters,
+        )
+
+    def print_summary(self, archive: Path | None) -> None:
+        table = Table(title="Anomalies", show_lines=False)
+        for col in ("kind", "category", "layer", "job", "nodes", "ranks", "latency (s)", "actions"):
+            table.add_column(col)
+        by_anomaly = Counter(a.anomaly_id for a in self.actions)
+        recs = {
+            a.anomaly_id: ", ".join(f"{x.action} {x.target}" for x in self.actions if x.anomaly_id == a.anomaly_id)
+            for a in self.anomalies
+        }
+        for a in sorted(self.anomalies, key=lambda a: a.detected_at):
+            latency = "" if a.onset_ts is None else f"{a.detected_at - a.onset_ts:.1f}"
+            table.add_row(
+                a.kind,
+                a.category,
+                a.layer,
+                a.job_id or "-",
+                ", ".join(a.nodes) or "-",
+                ", ".join(map(str, a.ranks)) or "-",
+                latency,
+                recs[a.anomaly_id] if by_anomaly[a.anomaly_id] else "-",
+            )
+        console.print(table)
+        dead = sum(self.dead.values())
+        console.print(
+            f"{len(self.anomalies)} anomalies, {len(self.actions)} recommended actions "
+            f"(monitor mode), {dead} dead-lettered records"
+        )
+        for reason, n in self.dead.most_common(8):
+            console.print(f"  [dim]{n:>6} × {reason}[/]")
+        if archive is not None:
+            console.print(f"Parquet archive: [bold]{archive}[/] (anomalies/, actions/, dead_letter/)")
+
+
+def _run(flow: Any, workers: int) -> None:
+    from bytewax._bytewax import cli_main
+    from bytewax.testing import run_main
+
+    if workers == 1:
+        run_main(flow)
+    else:
+        cli_main(flow, workers_per_process=workers)
+
+
+def _replay(
+    directory: Path, out: Path | None, speed: float | None, config: Path | None, workers: int, quiet: bool
+) -> RunReport:
+    from dataflows.flow import build_flow
+
+    settings = _settings(config)
+    try:
+        source = ReplaySource(directory, speed=speed)
+        total = count_records(directory)
+    except ReplayError as exc:
+        raise _fail(str(exc)) from None
+    report = RunReport(echo=not quiet)
+    columns = (TextColumn("replay"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True, disable=quiet) as progress:
+        task = progress.add_task("replay", total=total)
+        source.on_progress = lambda n: progress.advance(task, n)
+        flow = build_flow(source, settings, report.outputs(out))
+        started = time.perf_counter()
+        _run(flow, workers)
+        elapsed = time.perf_counter() - started
+    if not quiet:
+        console.print(f"replayed {total} records in {elapsed:.2f}s ({total / max(elapsed, 1e-9):,.0f} records/s)")
+    return report
+
+
+@app.command()
+def replay(
+    directory: Annotated[
+        Path, typer.Argument(help="Replay directory: logs/progress/gpu/scheduler .jsonl or .parquet.")
+    ],
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", envvar="TRAINGUARD_OUT", help="Archive directory for Parquet outputs.")
+    ] = None,
+    speed: Annotated[
+        float | None, typer.Option(help="Event-time speed-up, e.g. 60; default: as fast as possible.")
+    ] = None,
+    config: ConfigOpt = None,
+    workers: WorkersOpt = 1,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary.")] = False,
+) -> None:
+    """Replay recorded topics through the dataflow and summarise what was found."""
+    report = _replay(directory, out, speed, config, workers, quiet)
+    report.print_summary(out)
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Archive directory.")] = Path("trainguard-out/demo"),
+) -> None:
+    """Replay the bundled scenario (one crash, one hang, one straggler) with no broker needed."""
+    console.print(f"Replaying the bundled scenario from {DEMO_DIR} …")
+    report = _replay(DEMO_DIR, out, None, None, 1, quiet=False)
+    report.print_summary(out)
+    from datasets.scenario import iter_labels
+
+    faults = [lab for lab in iter_labels(DEMO_DIR / "labels.jsonl") if lab["kind"] != "benign"]
+    found = [f for f in faults if any(a.job_id == f["job_id"] and a.kind == f["kind"] for a in report.anomalies)]
+    console.print(
+        f"Found {len(found)} of the {len(faults)} labelled faults: "
+        + ", ".join(f"{f['kind']} in job {f['job_id']}" for f in found)
+    )
+    if len(found) != len(faults):
+        raise typer.Exit(1)
+
+
+@app.command()
+def run(
+    brokers: Annotated[
+        str, typer.Option(envvar="TRAINGUARD_BROKERS", help="Comma-separated Kafka bootstrap servers, host:port.")
+    ] = "",
+    topic: Annotated[
+        list[str] | None,
+        typer.Option("--topic", help="Map a stream to a topic name: STREAM=TOPIC (e.g. logs=prod.train.logs)."),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", envvar="TRAINGUARD_OUT", help="Archive directory for Parquet outputs.")
+    ] = None,
+    config: ConfigOpt = None,
+    workers: WorkersOpt = 1,
+) -> None:
+    """Run live against Kafka: consume the input topics, publish anomalies and actions."""
+    from dataflows.flow import build_flow
+    from dataflows.kafka_io import KafkaRecordMapper, check_topics, kafka_source
+
+    settings = _settings(config)
+    if brokers:
+        settings.kafka.brokers = [b.strip() for b in brokers.split(",") if b.strip()]
+    for mapping in topic or []:
+        stream, sep, name = mapping.partition("=")
+        if not sep or stream not in ("logs", "progress", "gpu", "scheduler") or not name:
+            raise _fail(
+                f"--topic {mapping!r} must look like STREAM=TOPIC with STREAM one of logs, progress, gpu, scheduler."
+            )
+        settings.kafka.topics[stream] = name
+    try:
+        topics = check_topics(settings.kafka)
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+    report = RunReport(echo=True)
+    console.print(
+        f"consuming {', '.join(topics)} from {','.join(settings.kafka.brokers)}; "
+        f"publishing to {settings.kafka.anomalies_topic}, {settings.kafka.actions_topic}"
+    )
+    flow = build_flow(
+        kafka_source(settings.kafka, topics),
+        settings,
+        report.outputs(out, kafka=True),
+        live=True,
+        record_mapper=KafkaRecordMapper(settings.kafka),
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        _run(flow, workers)
+    report.print_summary(out)
+
+
+@app.command("import-logs")
+def import_logs_cmd(
+    files: Annotated[list[Path], typer.Argument(help="Plain-text log files, e.g. slurm-1234.out.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Replay directory to write logs.jsonl into.")],
+    job: Annotated[str | None, typer.Option(help="Job id (default: from slurm-<job>.out names).")] = None,
+    node: Annotated[str, typer.Option(help="Node the logs came from.")] = "unknown",
+    year: Annotated[int | None, typer.Option(help="Year for glog/syslog stamps (default: file's mtime).")] = None,
+) -> None:
+    """Turn raw training logs into a replay directory's logs.jsonl."""
+    try:
+        path, count = import_logs(files, out, job_id=job, node=node, year=year)
+    except LogImportError as exc:
+        raise _fail(str(exc)) from None
+    console.print(f"wrote {count} log records to {path}")
+
+
+@app.command()
+def generate(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Replay directory to write.")],
+    preset: Annotated[str, typer.Option(help="Scenario preset (only 'demo' so far).")] = "demo",
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+) -> None:
+    """Write a labelled scenario as a replay directory."""
+    from datasets.scenario import demo as demo_scenario
+
+    if preset != "demo":
+        raise _fail(f"unknown preset {preset!r}; the presets are: demo.")
+    path = demo_scenario(seed).write(out)
+    console.print(f"wrote scenario {preset} (seed {seed}) to {path}")
+
+
+def main() -> None:
+    app()

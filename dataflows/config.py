@@ -1,0 +1,80 @@
+"""Settings for a run: YAML file, then environment variables and flags on top.
+
+Every field has a default, so an empty file (or none) is a valid config. Unknown
+keys and wrong types are refused with one sentence naming the key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+import yaml
+
+from detectors.events import TOPICS
+from detectors.routing import RouterSettings
+from detectors.settings import DetectorSettings
+
+
+class ConfigError(ValueError):
+    """A bad setting; the message is one sentence that says what to fix."""
+
+
+class KafkaSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    brokers: list[str] = []
+    # Logical stream -> Kafka topic name; missing streams use their own name.
+    topics: dict[str, str] = {}
+    anomalies_topic: str = "anomalies"
+    actions_topic: str = "actions"
+    dead_letter_topic: str = "dead_letter"
+    starting_offset: Literal["beginning", "end"] = "beginning"
+    batch_size: int = 1000
+    extra: dict[str, str] = {}
+
+    def topic_for(self, stream: str) -> str:
+        return self.topics.get(stream, stream)
+
+
+class ArchiveSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    path: str | None = None
+    roll_rows: int = 50_000
+    roll_s: float = 10.0
+
+
+class PolicySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    mode: Literal["monitor"] = "monitor"
+
+
+class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    detectors: DetectorSettings = msgspec.field(default_factory=DetectorSettings)
+    router: RouterSettings = msgspec.field(default_factory=RouterSettings)
+    kafka: KafkaSettings = msgspec.field(default_factory=KafkaSettings)
+    archive: ArchiveSettings = msgspec.field(default_factory=ArchiveSettings)
+    policy: PolicySettings = msgspec.field(default_factory=PolicySettings)
+    audit_log: str | None = None
+
+
+def load_settings(path: str | Path | None) -> Settings:
+    """Settings from a YAML file (``None``: all defaults)."""
+    if path is None:
+        return Settings()
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {p} does not exist; pass an existing YAML file to --config.")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {p} is not valid YAML ({str(exc).splitlines()[0]}).") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {p} must hold a mapping of settings, not a {type(data).__name__}.")
+    try:
+        settings = msgspec.convert(data, Settings)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"config file {p}: {exc}.") from None
+    for stream in settings.kafka.topics:
+        if stream not in TOPICS:
+            raise ConfigError(
+                f"config file {p}: kafka.topics has unknown stream {stream!r}; use one of {', '.join(TOPICS)}."
+            )
+    return settings

@@ -1,0 +1,261 @@
+"""The trainguard dataflow: sources → decode → route by job → detect → policy → sinks.
+
+::
+
+    input ─► decode ─┬─► route (one router: clock, job↔node map, ticks) ─► detect (keyed by job/node) ─► policy
+                     │            └─► dead letters                          │                          │
+                     └─► dead letters ──────────────────────────────────────┴► anomalies sinks         └► actions sinks
+
+Build it with :func:`build_flow` and run it the Bytewax way
+(``python -m bytewax.run "dataflows.flow:from_env()"``) or through the CLI.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import bytewax.operators as op
+from bytewax.dataflow import Dataflow
+from bytewax.inputs import Source
+from bytewax.operators import StatefulBatchLogic
+from bytewax.outputs import DynamicSink, StatelessSinkPartition
+
+from actions.audit import AuditLog
+from actions.policy import decide
+from dataflows.archive import ParquetArchiveSink
+from dataflows.config import Settings, load_settings
+from dataflows.records import RawRecord
+from detectors.events import Action, Anomaly, DeadLetter, Event, Tick, decode
+from detectors.monitor import JobMonitor, NodeMonitor
+from detectors.routing import DEAD, Router
+from detectors.settings import DetectorSettings
+
+# ---------------------------------------------------------------- stateful steps
+
+
+class RouterLogic(StatefulBatchLogic[tuple[str, Event], tuple[str, Any], Router]):
+    """Bytewax shell around :class:`Router`; live mode also ticks on wall-clock idle."""
+
+    def __init__(self, router: Router, live: bool) -> None:
+        self.router = router
+        self.live = live
+
+    def on_batch(self, values: list[tuple[str, Event]]) -> tuple[list[tuple[str, Any]], bool]:
+        wall = time.time() if self.live else None
+        route = self.router.route
+        out: list[tuple[str, Any]] = []
+        for clock, event in values:
+            out.extend(route(clock, event, wall))
+        return out, StatefulBatchLogic.RETAIN
+
+    def on_notify(self) -> tuple[list[tuple[str, Any]], bool]:
+        return self.router.idle(time.time()), StatefulBatchLogic.RETAIN
+
+    def on_eof(self) -> tuple[list[tuple[str, Any]], bool]:
+        # A finite input has ended: everything has arrived. (Live sources never end.)
+        return self.router.finish(), StatefulBatchLogic.RETAIN
+
+    def notify_at(self) -> datetime | None:
+        return datetime.now(UTC) + timedelta(seconds=0.5) if self.live else None
+
+    def snapshot(self) -> Router:
+        return copy.deepcopy(self.router)
+
+
+class MonitorLogic(StatefulBatchLogic[Any, Anomaly, JobMonitor | NodeMonitor | None]):
+    """Bytewax shell around one key's :class:`JobMonitor` or :class:`NodeMonitor`."""
+
+    def __init__(self, monitor: JobMonitor | NodeMonitor | None, settings: DetectorSettings) -> None:
+        self.monitor = monitor
+        self.settings = settings
+
+    def on_batch(self, values: list[Any]) -> tuple[list[Anomaly], bool]:
+        out: list[Anomaly] = []
+        for item in values:
+            if isinstance(item, Tick):
+                if self.monitor is None:
+                    continue
+                out.extend(self.monitor.advance(item.watermark))
+                if self.monitor.finished(item.watermark):
+                    return out, StatefulBatchLogic.DISCARD
+                continue
+            if self.monitor is None:
+                self.monitor = _new_monitor(item, self.settings)
+            out.extend(self.monitor.observe(item))
+        return out, (StatefulBatchLogic.DISCARD if self.monitor is None else StatefulBatchLogic.RETAIN)
+
+    def snapshot(self) -> JobMonitor | NodeMonitor | None:
+        return copy.deepcopy(self.monitor)
+
+
+def _new_monitor(event: Event, settings: DetectorSettings) -> JobMonitor | NodeMonitor:
+    job = getattr(event, "job_id", None)
+    from detectors.events import GpuSample, LogRecord, NodeEvent
+
+    if isinstance(event, GpuSample | NodeEvent) or (isinstance(event, LogRecord) and job is None):
+        return NodeMonitor(event.node, settings)
+    return JobMonitor(str(job), settings)
+
+
+# ---------------------------------------------------------------- small sinks
+
+
+class _CallbackPartition(StatelessSinkPartition[Any]):
+    def __init__(self, fn: Callable[[list[Any]], None]) -> None:
+        self._fn = fn
+
+    def write_batch(self, items: list[Any]) -> None:
+        self._fn(items)
+
+
+class CallbackSink(DynamicSink[Any]):
+    """Hands each output batch to a function (in-process runs: console, counters, tests)."""
+
+    def __init__(self, fn: Callable[[list[Any]], None]) -> None:
+        self.fn = fn
+
+    def build(self, step_id: str, worker_index: int, worker_count: int) -> _CallbackPartition:
+        return _CallbackPartition(self.fn)
+
+
+class _AuditPartition(StatelessSinkPartition[Action]):
+    def __init__(self, path: Path) -> None:
+        self._log = AuditLog(path)
+
+    def write_batch(self, items: list[Action]) -> None:
+        self._log.extend([{"event": a.status, "recorded_at": time.time(), **_asdict(a)} for a in items])
+
+    def close(self) -> None:
+        self._log.close()
+
+
+class AuditSink(DynamicSink[Action]):
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def build(self, step_id: str, worker_index: int, worker_count: int) -> _AuditPartition:
+        suffix = "" if worker_count == 1 else f".w{worker_index}"
+        return _AuditPartition(self.path.with_name(self.path.name + suffix))
+
+
+def _asdict(item: Any) -> dict[str, Any]:
+    import msgspec
+
+    return msgspec.structs.asdict(item)
+
+
+# ---------------------------------------------------------------- the flow
+
+
+@dataclass
+class Outputs:
+    """Where results go. Callbacks only make sense in single-process runs."""
+
+    archive: Path | None = None
+    kafka: bool = False
+    on_anomalies: Callable[[list[Anomaly]], None] | None = None
+    on_actions: Callable[[list[Action]], None] | None = None
+    on_dead_letters: Callable[[list[DeadLetter]], None] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _decode_batch(batch: list[RawRecord | DeadLetter]) -> list[tuple[str, Event] | DeadLetter]:
+    out: list[tuple[str, Event] | DeadLetter] = []
+    for rec in batch:
+        if isinstance(rec, DeadLetter):
+            out.append(rec)
+            continue
+        event = decode(rec.topic, rec.payload, rec.partition, rec.offset)
+        out.append(event if isinstance(event, DeadLetter) else (rec.clock, event))
+    return out
+
+
+def build_flow(
+    source: Source[Any],
+    settings: Settings,
+    outputs: Outputs,
+    *,
+    live: bool = False,
+    record_mapper: Callable[[Any], RawRecord | DeadLetter] | None = None,
+) -> Dataflow:
+    """Wire the whole pipeline over ``source`` (a replay or Kafka source)."""
+    det = settings.detectors
+    router_settings = copy.deepcopy(settings.router)
+    router_settings.linger_s = det.linger_s
+    if live and router_settings.idle_after_s is None:
+        router_settings.idle_after_s = 2.0
+    if not live:
+        router_settings.idle_after_s = None
+
+    flow = Dataflow("trainguard")
+    raw = op.input("input", flow, source)
+    if record_mapper is not None:
+        raw = op.map("to_records", raw, record_mapper)
+    decoded = op.flat_map_batch("decode", raw, _decode_batch)
+    valid = op.branch("valid", decoded, lambda x: not isinstance(x, DeadLetter))
+    keyed = op.key_on("to_router", valid.trues, lambda _: "router")
+    routed = op.key_rm(
+        "routed",
+        op.stateful_batch(
+            "route",
+            keyed,
+            lambda state: RouterLogic(state or Router(router_settings), live),  # type: ignore[arg-type]
+        ),
+    )
+    alive = op.branch("dead_or_alive", routed, lambda kv: kv[0] != DEAD)
+    anomalies = op.key_rm(
+        "anomalies",
+        op.stateful_batch("detect", alive.trues, lambda state: MonitorLogic(state, det)),  # type: ignore[arg-type]
+    )
+    actions = op.flat_map("policy", anomalies, decide)
+    dead = op.merge("dead_letters", valid.falses, op.map("late_or_future", alive.falses, lambda kv: kv[1]))
+
+    if outputs.archive is not None:
+        a = settings.archive
+        for name, stream in (("anomalies", anomalies), ("actions", actions), ("dead_letter", dead)):
+            op.output(f"archive_{name}", stream, ParquetArchiveSink(outputs.archive, name, a.roll_rows, a.roll_s))
+    if outputs.kafka:
+        from dataflows.kafka_io import kafka_sink, to_kafka_message
+
+        ks = settings.kafka
+        out = op.merge("kafka_out", anomalies, actions, dead)
+        op.output("kafka", op.map("to_kafka", out, lambda x: to_kafka_message(ks, x)), kafka_sink(ks))
+    if settings.audit_log:
+        op.output("audit", actions, AuditSink(settings.audit_log))
+    for name, stream, fn in (
+        ("anomalies", anomalies, outputs.on_anomalies),
+        ("actions", actions, outputs.on_actions),
+        ("dead_letters", dead, outputs.on_dead_letters),
+    ):
+        if fn is not None:
+            op.output(f"callback_{name}", stream, CallbackSink(fn))
+    return flow
+
+
+def from_env() -> Dataflow:
+    """Build the live Kafka flow from environment variables, for ``python -m bytewax.run``.
+
+    ``TRAINGUARD_CONFIG`` (YAML), ``TRAINGUARD_BROKERS`` (comma-separated) and
+    ``TRAINGUARD_OUT`` (archive directory) are read.
+    """
+    from dataflows.kafka_io import KafkaRecordMapper, check_topics, kafka_source
+
+    settings = load_settings(os.environ.get("TRAINGUARD_CONFIG"))
+    if os.environ.get("TRAINGUARD_BROKERS"):
+        settings.kafka.brokers = os.environ["TRAINGUARD_BROKERS"].split(",")
+    topics = check_topics(settings.kafka)
+    out = os.environ.get("TRAINGUARD_OUT")
+    return build_flow(
+        kafka_source(settings.kafka, topics),
+        settings,
+        Outputs(archive=Path(out) if out else None, kafka=True),
+        live=True,
+        record_mapper=KafkaRecordMapper(settings.kafka),
+    )

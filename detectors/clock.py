@@ -1,0 +1,118 @@
+"""The event-time clock shared by live and replay runs.
+
+Hangs are the *absence* of events, so detectors need to know how far time has
+moved. They never read the wall clock: they are driven by :class:`Tick` values
+from this clock, so a replay of yesterday's records fires the same deadlines at
+the same event times as the live run did.
+
+The watermark is the minimum over source partitions of the newest timestamp each
+has delivered, minus an allowed lateness (a partition that lags holds the clock
+back, as in Flink). In live mode a partition that has been silent for
+``idle_after_s`` of wall time stops holding the clock back, and when *every*
+partition is silent the watermark keeps moving with the wall clock — otherwise a
+cluster-wide hang would stop the very clock that is meant to detect it.
+
+Ticks are emitted on a fixed grid (``tick_s``), every grid point once, so the
+first tick at or past a deadline is the same value whatever the batching.
+
+>>> clock = EventClock(lateness_s=2.0, tick_s=5.0)
+>>> clock.observe("logs/0", 1000.0)
+>>> clock.ticks()
+[995.0]
+>>> clock.observe("logs/0", 1013.0)
+>>> clock.ticks()
+[1000.0, 1005.0, 1010.0]
+"""
+
+from __future__ import annotations
+
+import math
+
+
+class EventClock:
+    """Watermark over source partitions, with grid ticks and optional idle extrapolation."""
+
+    def __init__(
+        self,
+        lateness_s: float = 2.0,
+        tick_s: float = 5.0,
+        idle_after_s: float | None = None,
+        max_catchup_ticks: int = 720,
+    ) -> None:
+        self.lateness_s = lateness_s
+        self.tick_s = tick_s
+        self.idle_after_s = idle_after_s
+        self.max_catchup_ticks = max_catchup_ticks
+        self._newest: dict[str, float] = {}
+        self._last_wall: dict[str, float] = {}
+        self._watermark = -math.inf
+        self._last_tick: float | None = None
+        self.max_ts = -math.inf
+
+    @property
+    def live(self) -> bool:
+        return self.idle_after_s is not None
+
+    def observe(self, partition: str, ts: float, wall: float | None = None) -> None:
+        """Record that ``partition`` delivered an event stamped ``ts`` (at wall time ``wall``)."""
+        if ts > self._newest.get(partition, -math.inf):
+            self._newest[partition] = ts
+        if ts > self.max_ts:
+            self.max_ts = ts
+        if wall is not None:
+            self._last_wall[partition] = wall
+
+    def watermark(self, wall: float | None = None) -> float:
+        """Current watermark; never moves backwards."""
+        if not self._newest:
+            return self._watermark
+        if self.live and wall is not None:
+            assert self.idle_after_s is not None
+            busy = [
+                newest
+                for part, newest in self._newest.items()
+                if wall - self._last_wall.get(part, wall) < self.idle_after_s
+            ]
+            if busy:
+                candidate = min(busy) - self.lateness_s
+            else:
+                # Every source is silent: let event time flow with the wall clock.
+                silent_for = wall - max(self._last_wall.values(), default=wall)
+                candidate = self.max_ts - self.lateness_s + silent_for
+        else:
+            candidate = min(self._newest.values()) - self.lateness_s
+        if candidate > self._watermark:
+            self._watermark = candidate
+        return self._watermark
+
+    def finish(self) -> float:
+        """End of a finite input: everything has arrived, so lateness no longer applies."""
+        if self.max_ts > self._watermark:
+            self._watermark = self.max_ts
+        return self._watermark
+
+    def ticks(self, wall: float | None = None) -> list[float]:
+        """Grid points the watermark has crossed since the last call, oldest first."""
+        return self._grid_points(self.watermark(wall))
+
+    def final_ticks(self) -> list[float]:
+        return self._grid_points(self.finish())
+
+    def _grid_points(self, watermark: float) -> list[float]:
+        if watermark == -math.inf:
+            return []
+        top = float(math.floor(watermark / self.tick_s)) * self.tick_s
+        if self._last_tick is None:
+            self._last_tick = top
+            return [top]
+        if top <= self._last_tick:
+            return []
+        count = round((top - self._last_tick) / self.tick_s)
+        if count > self.max_catchup_ticks:
+            # A long silence: jump instead of flooding every key with ticks.
+            start = top - (self.max_catchup_ticks - 1) * self.tick_s
+            points = [start + i * self.tick_s for i in range(self.max_catchup_ticks)]
+        else:
+            points = [self._last_tick + (i + 1) * self.tick_s for i in range(count)]
+        self._last_tick = top
+        return points

@@ -1,0 +1,99 @@
+"""Crash detection from fatal log lines, with cascade grouping.
+
+Root errors (an Xid, a CUDA error, an OOM) raise an anomaly at once. Cascade
+errors — the NCCL watchdog timeouts and rendezvous failures that *every* rank
+prints after one rank died — are held for ``cascade_hold_s`` of event time, so
+that a root error arriving in that window names the incident instead. Grouping
+of later lines into an open incident is the job monitor's business.
+
+>>> from detectors.events import LogRecord
+>>> det = CrashDetector(cascade_hold_s=10)
+>>> line = "[rank3]: Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE)"
+>>> det.observe(LogRecord(ts=100.0, job_id="7", node="n1", rank=3, line=line))
+[]
+>>> [f.category for f in det.advance(110.0)]
+['nccl_timeout']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from detectors.events import LogRecord
+from detectors.ids import evidence_line
+from detectors.signatures import SignatureMatch, match_line
+
+
+@dataclass(slots=True)
+class Finding:
+    """A detector's claim before incident grouping turns it into an :class:`Anomaly`."""
+
+    kind: str
+    category: str
+    layer: str
+    onset_ts: float
+    detected_at: float
+    transient: bool | None = None
+    nodes: list[str] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)
+    gpus: list[str] = field(default_factory=list)
+    confidence: float = 0.5
+    evidence: list[str] = field(default_factory=list)
+    cascade: bool = False
+    signature: str = ""
+
+
+def finding_from_line(record: LogRecord, match: SignatureMatch) -> Finding:
+    sig = match.signature
+    gpus = [f"{record.node}:{match.fields['pci']}"] if "pci" in match.fields else []
+    return Finding(
+        kind=sig.kind,
+        category=sig.category,
+        layer=sig.layer,
+        onset_ts=record.ts,  # type: ignore[arg-type]
+        detected_at=record.ts,  # type: ignore[arg-type]
+        transient=sig.transient,
+        nodes=[record.node],
+        ranks=[record.rank] if record.rank is not None else [],
+        gpus=gpus,
+        confidence=0.5 if sig.cascade else 0.9,
+        evidence=[evidence_line(record.node, record.rank, record.line)],
+        cascade=sig.cascade,
+        signature=sig.id,
+    )
+
+
+class CrashDetector:
+    """Fatal log lines → findings; cascade lines wait for a root cause."""
+
+    def __init__(self, cascade_hold_s: float = 10.0) -> None:
+        self.cascade_hold_s = cascade_hold_s
+        self._held: list[Finding] = []
+
+    def observe(self, record: LogRecord) -> list[Finding]:
+        match = match_line(record.line)
+        if match is None or match.signature.severity == "warning":
+            return []
+        finding = finding_from_line(record, match)
+        if finding.cascade:
+            self._held.append(finding)
+            return []
+        held, self._held = self._held, []
+        for cascade in held:
+            finding.evidence.extend(cascade.evidence[:1])
+        return [finding]
+
+    def advance(self, watermark: float) -> list[Finding]:
+        if not self._held or watermark < self._held[0].onset_ts + self.cascade_hold_s:
+            return []
+        held, self._held = self._held, []
+        first = min(held, key=lambda f: f.onset_ts)
+        first.detected_at = watermark
+        first.nodes = sorted({n for f in held for n in f.nodes})
+        first.ranks = sorted({r for f in held for r in f.ranks})
+        first.evidence = [e for f in held[:5] for e in f.evidence]
+        first.evidence.append(f"{len(held)} cascade line(s) and no root error within {self.cascade_hold_s:g}s")
+        return [first]
+
+    def reset(self) -> None:
+        self._held.clear()

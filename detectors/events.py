@@ -1,0 +1,214 @@
+"""Event types of the wire contract and their decoder.
+
+Every input record is one JSON object. :func:`decode` turns the raw bytes of a
+record from one topic into a typed event, or into a :class:`DeadLetter` that
+keeps the original bytes and says why it was refused. Decoding never raises,
+so one bad producer cannot stop the flow.
+
+>>> ev = decode("progress", b'{"ts": "2026-12-02T10:00:00Z", "job_id": 42, '
+...             b'"node": "n1", "rank": 0, "step": 7}')
+>>> ev.job_id, ev.step, ev.ts
+('42', 7, 1796205600.0)
+>>> bad = decode("progress", b'{"ts": 1796205600, "node": "n1"}')
+>>> bad.reason
+'Object missing required field `job_id`'
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Literal
+
+import msgspec
+
+# Records larger than this are refused: a 1 MB "log line" is a producer bug
+# (a binary dump, a runaway traceback), and passing it on would let one record
+# dominate memory in every downstream stage.
+MAX_RECORD_BYTES = 256 * 1024
+
+# Timestamps outside this range are certainly wrong (unit mix-ups such as
+# milliseconds sent as seconds land far in the future).
+MIN_TS = 946_684_800.0  # 2000-01-01T00:00:00Z
+MAX_TS = 4_102_444_800.0  # 2100-01-01T00:00:00Z
+
+Topic = Literal["logs", "progress", "gpu", "scheduler"]
+TOPICS: tuple[str, ...] = ("logs", "progress", "gpu", "scheduler")
+
+
+class _Record(msgspec.Struct, kw_only=True):
+    """Common base: ``ts`` arrives as RFC 3339 text or epoch seconds."""
+
+    ts: float | str
+
+
+class LogRecord(_Record, kw_only=True):
+    job_id: str | int | None = None
+    node: str
+    rank: int | None = None
+    source: Literal["app", "kernel", "scheduler"] = "app"
+    line: str
+
+
+class ProgressRecord(_Record, kw_only=True):
+    job_id: str | int
+    node: str
+    rank: int
+    step: int
+    step_time_s: float | None = None
+    compute_time_s: float | None = None
+    tokens_per_s: float | None = None
+    samples_per_s: float | None = None
+
+
+class GpuSample(_Record, kw_only=True):
+    node: str
+    gpu: int
+    uuid: str | None = None
+    util_pct: float | None = None
+    mem_used_mib: float | None = None
+    temp_c: float | None = None
+    power_w: float | None = None
+    sm_clock_mhz: float | None = None
+    ecc_sbe_total: int | None = None
+    ecc_dbe_total: int | None = None
+    remapped_rows_pending: int | None = None
+    pcie_replay_total: int | None = None
+    nvlink_crc_total: int | None = None
+    throttle_reasons: int | list[str] | None = None
+    xid: int | None = None
+    # Set by the router, never by producers: the job the node runs at ``ts``.
+    job_id: str | None = None
+
+
+class JobEvent(_Record, tag_field="kind", tag="job", kw_only=True):
+    job_id: str | int
+    state: str
+    nodes: list[str] = []
+    ranks_per_node: int | None = None
+    exit_code: int | None = None
+    partition: str | None = None
+
+
+class NodeEvent(_Record, tag_field="kind", tag="node", kw_only=True):
+    node: str
+    state: str
+    reason: str | None = None
+    job_id: str | None = None
+
+
+Event = LogRecord | ProgressRecord | GpuSample | JobEvent | NodeEvent
+
+
+class DeadLetter(msgspec.Struct, kw_only=True):
+    """A refused input record: the original bytes, where it came from, and why."""
+
+    topic: str
+    partition: int
+    offset: int
+    reason: str
+    payload: bytes
+    ts: float | None = None
+
+
+_DECODERS: dict[str, msgspec.json.Decoder] = {
+    "logs": msgspec.json.Decoder(LogRecord),
+    "progress": msgspec.json.Decoder(ProgressRecord),
+    "gpu": msgspec.json.Decoder(GpuSample),
+    "scheduler": msgspec.json.Decoder(JobEvent | NodeEvent),
+}
+
+
+def parse_ts(value: float | str) -> float:
+    """Return epoch seconds for an RFC 3339 string or a number.
+
+    >>> parse_ts("2026-12-02T10:00:00.5Z")
+    1796205600.5
+    >>> parse_ts(1796205600)
+    1796205600.0
+    """
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"`ts` {value[:64]!r} is not RFC 3339 or epoch seconds") from None
+        if parsed.tzinfo is None:
+            raise ValueError(f"`ts` {value[:64]!r} has no timezone (append Z for UTC)")
+        return parsed.timestamp()
+    ts = float(value)
+    if not math.isfinite(ts):
+        raise ValueError("`ts` is not a finite number")
+    return ts
+
+
+def decode(topic: str, payload: bytes | str | None, partition: int = 0, offset: int = 0) -> Event | DeadLetter:
+    """Decode one record of ``topic``; never raises."""
+    raw = payload.encode() if isinstance(payload, str) else (payload or b"")
+
+    def dead(reason: str) -> DeadLetter:
+        return DeadLetter(topic=topic, partition=partition, offset=offset, reason=reason, payload=raw)
+
+    decoder = _DECODERS.get(topic)
+    if decoder is None:
+        return dead(f"unknown topic {topic!r}; expected one of {', '.join(TOPICS)}")
+    if len(raw) > MAX_RECORD_BYTES:
+        return dead(f"record is {len(raw)} bytes, over the {MAX_RECORD_BYTES}-byte limit")
+    if not raw.strip():
+        return dead("empty record")
+    try:
+        event = decoder.decode(raw)
+        event.ts = ts = parse_ts(event.ts)
+    except (msgspec.DecodeError, ValueError, OverflowError) as exc:
+        return dead(str(exc))
+    if not MIN_TS <= ts <= MAX_TS:
+        return dead(f"`ts` {ts!r} is outside 2000..2100; is it in milliseconds?")
+    job_id = getattr(event, "job_id", None)
+    if job_id is not None and not isinstance(job_id, str):
+        event.job_id = str(job_id)
+    return event
+
+
+def event_key_fields(event: Event) -> tuple[str | None, str | None]:
+    """``(job_id, node)`` of an event, either may be ``None``."""
+    return getattr(event, "job_id", None), getattr(event, "node", None)
+
+
+# ---------------------------------------------------------------- outputs
+
+Kind = Literal["crash", "hang", "straggler", "gpu_degraded", "node_unhealthy"]
+Layer = Literal["hardware", "system", "application", "unknown"]
+
+
+class Anomaly(msgspec.Struct, kw_only=True):
+    anomaly_id: str
+    detected_at: float
+    onset_ts: float | None = None
+    kind: str
+    category: str
+    layer: str = "unknown"
+    transient: bool | None = None
+    job_id: str | None = None
+    nodes: list[str] = []
+    ranks: list[int] = []
+    gpus: list[str] = []
+    confidence: float = 0.5
+    evidence: list[str] = []
+
+
+class Action(msgspec.Struct, kw_only=True):
+    action_id: str
+    anomaly_id: str
+    decided_at: float
+    action: str
+    target: str
+    params: dict[str, str] = {}
+    mode: Literal["monitor", "enforce"] = "monitor"
+    status: Literal["recommended", "applied", "failed", "suppressed"] = "recommended"
+    reason: str = ""
+    applied_at: float | None = None
+
+
+class Tick(msgspec.Struct, frozen=True):
+    """The event-time clock passed ``watermark``: deadlines up to it may fire."""
+
+    watermark: float

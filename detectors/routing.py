@@ -1,0 +1,152 @@
+"""Key events by job, join node-level events to jobs, and drive the event-time clock.
+
+The router sees every event once, in source order. It keeps the scheduler's
+job → nodes map so GPU samples and kernel lines (which carry only a node) are
+stamped with the job running there, checks timestamps against the clock, and
+after each event hands out the ticks the clock has crossed to every active key
+— in the same output stream as the events, so a key never sees a tick before
+an event that preceded it.
+
+>>> from detectors.events import JobEvent, GpuSample
+>>> router = Router(RouterSettings(lateness_s=0, tick_s=5))
+>>> [(k, type(v).__name__) for k, v in router.route(
+...     "scheduler/0", JobEvent(ts=100.0, job_id="7", state="RUNNING", nodes=["n1"]))]
+[('job/7', 'JobEvent'), ('job/7', 'Tick')]
+>>> [(k, type(v).__name__) for k, v in router.route("scheduler/0", GpuSample(ts=106.0, node="n1", gpu=0))]
+[('node/n1', 'GpuSample'), ('job/7', 'Tick')]
+
+Node keys get every ``node_tick_every``-th tick only: they have no short deadlines.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgspec
+
+from detectors.clock import EventClock
+from detectors.events import DeadLetter, Event, GpuSample, JobEvent, LogRecord, NodeEvent, Tick
+from detectors.monitor import RUNNING_STATES
+
+DEAD = "!dead"  # key of dead-letter items in the router's output
+
+
+class RouterSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    lateness_s: float = 2.0
+    tick_s: float = 5.0
+    node_tick_every: int = 6  # nodes have no short deadlines: tick them every 30 s
+    idle_after_s: float | None = None  # live mode: wall seconds before a silent source stops holding the clock
+    max_future_s: float = 3600.0  # ahead of the newest event (and of the wall clock, live)
+    max_late_s: float = 3600.0  # behind the watermark
+    key_idle_s: float = 3600.0  # stop ticking keys silent this long (event time)
+    linger_s: float = 600.0  # keep ticking a finished job this long
+
+
+class Router:
+    """Stateful router: one instance sees the whole stream."""
+
+    def __init__(self, settings: RouterSettings | None = None) -> None:
+        self.settings = s = settings or RouterSettings()
+        self.clock = EventClock(s.lateness_s, s.tick_s, s.idle_after_s)
+        self.node_job: dict[str, str] = {}
+        self.job_nodes: dict[str, list[str]] = {}
+        self.active: dict[str, float] = {}  # key -> last event ts
+        self.ended: dict[str, float] = {}  # job key -> end ts
+        self._ticks_sent = 0
+
+    def route(self, partition: str, event: Event, wall: float | None = None) -> list[tuple[str, Any]]:
+        """The ``(key, item)`` pairs for one event: the event itself, then any due ticks."""
+        ts: float = event.ts  # type: ignore[assignment]
+        reason = self._refuse(ts, wall)
+        if reason is not None:
+            payload = msgspec.json.encode(event)
+            topic = partition.split("/", 1)[0]
+            return [(DEAD, DeadLetter(topic=topic, partition=0, offset=-1, reason=reason, payload=payload, ts=ts))]
+        self.clock.observe(partition, ts, wall)
+        key = self._key(event)
+        self.active[key] = max(ts, self.active.get(key, ts))
+        out: list[tuple[str, Any]] = [(key, event)]
+        out.extend(self._ticks(self.clock.ticks(wall)))
+        return out
+
+    def idle(self, wall: float) -> list[tuple[str, Any]]:
+        """Live mode, no input: let the clock move and hand out ticks."""
+        return self._ticks(self.clock.ticks(wall))
+
+    def finish(self) -> list[tuple[str, Any]]:
+        """End of a finite input: tick up to the newest event."""
+        return self._ticks(self.clock.final_ticks())
+
+    # -- internals -------------------------------------------------------------------
+    def _refuse(self, ts: float, wall: float | None) -> str | None:
+        s = self.settings
+        if self.clock.max_ts != -math.inf and ts > self.clock.max_ts + s.max_future_s:
+            return f"`ts` is {ts - self.clock.max_ts:.0f}s ahead of the newest event (limit {s.max_future_s:g}s)"
+        if wall is not None and ts > wall + s.max_future_s:
+            return f"`ts` is {ts - wall:.0f}s ahead of the wall clock (limit {s.max_future_s:g}s)"
+        watermark = self.clock.watermark(wall)
+        if ts < watermark - s.max_late_s:
+            return f"`ts` is {watermark - ts:.0f}s behind the watermark (limit {s.max_late_s:g}s)"
+        return None
+
+    def _key(self, event: Event) -> str:
+        if isinstance(event, JobEvent):
+            job = str(event.job_id)
+            self._job_state(job, event)
+            return f"job/{job}"
+        if isinstance(event, GpuSample | NodeEvent):
+            event.job_id = job = self.node_job.get(event.node)
+            if job is not None and isinstance(event, GpuSample) and event.xid is not None:
+                return f"job/{job}"  # an Xid under a job is part of that job's incident
+            return f"node/{event.node}"
+        if isinstance(event, LogRecord) and event.job_id is None:
+            job = self.node_job.get(event.node)
+            if job is None:
+                return f"node/{event.node}"
+            event.job_id = job
+        return f"job/{event.job_id}"
+
+    def _job_state(self, job: str, event: JobEvent) -> None:
+        key = f"job/{job}"
+        state = event.state.upper()
+        if state in RUNNING_STATES:
+            self.ended.pop(key, None)
+            if event.nodes:
+                self.job_nodes[job] = list(event.nodes)
+                for node in event.nodes:
+                    self.node_job[node] = job
+            return
+        # Any other state: the job no longer occupies its nodes.
+        for node in self.job_nodes.pop(job, []):
+            if self.node_job.get(node) == job:
+                del self.node_job[node]
+        if state not in ("PENDING", "REQUEUED", "SUSPENDED"):
+            self.ended[key] = event.ts  # type: ignore[assignment]
+
+    def _ticks(self, points: list[float]) -> list[tuple[str, Any]]:
+        if not points:
+            return []
+        s = self.settings
+        out: list[tuple[str, Any]] = []
+        for point in points:
+            self._ticks_sent += 1
+            tick_nodes = self._ticks_sent % s.node_tick_every == 1 or s.node_tick_every == 1
+            tick = Tick(point)
+            for key in self.active:
+                if tick_nodes or key.startswith("job/"):
+                    out.append((key, tick))
+        self._evict(points[-1])
+        return out
+
+    def _evict(self, watermark: float) -> None:
+        s = self.settings
+        stale = [
+            key
+            for key, last in self.active.items()
+            if watermark > last + s.key_idle_s
+            or (key in self.ended and watermark > self.ended[key] + s.linger_s + s.tick_s)
+        ]
+        for key in stale:
+            del self.active[key]
+            self.ended.pop(key, None)

@@ -1,0 +1,37 @@
+"""Tunable detector parameters, grouped per detector (defaults are justified in the README)."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class HangSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    floor_s: float = 55.0
+    factor: float = 5.0
+    warmup_steps: int = 3
+    startup_grace_s: float = 600.0
+    pause_grace_s: float = 900.0
+
+
+class StragglerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    ratio: float = 1.25
+    consecutive: int = 5
+    baseline_steps: int = 30
+    warmup_steps: int = 5
+    rank_ratio: float = 1.15
+
+
+class CrashSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    cascade_hold_s: float = 10.0
+    # Lines of one incident keep arriving for as long as the NCCL watchdog
+    # timeout (10 min by default) after the root error: group them all.
+    group_window_s: float = 1200.0
+
+
+class DetectorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    hang: HangSettings = msgspec.field(default_factory=HangSettings)
+    straggler: StragglerSettings = msgspec.field(default_factory=StragglerSettings)
+    crash: CrashSettings = msgspec.field(default_factory=CrashSettings)
+    gpu_cooldown_s: float = 3600.0
+    # How long a finished job's state is kept for stragglers of its telemetry.
+    linger_s: float = 600.0

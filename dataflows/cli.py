@@ -225,24 +225,54 @@ def run(
             )
         settings.kafka.topics[stream] = name
     try:
-        topics = check_topics(settings.kafka)
+        inputs = check_topics(settings.kafka)
     except ConfigError as exc:
         raise _fail(str(exc)) from None
     report = RunReport(echo=True)
     console.print(
-        f"consuming {', '.join(topics)} from {','.join(settings.kafka.brokers)}; "
+        f"consuming {', '.join(inputs.topics)} from {','.join(settings.kafka.brokers)}; "
         f"publishing to {settings.kafka.anomalies_topic}, {settings.kafka.actions_topic}"
     )
     flow = build_flow(
-        kafka_source(settings.kafka, topics),
+        kafka_source(settings.kafka, inputs.topics),
         settings,
         report.outputs(out, kafka=True),
         live=True,
         record_mapper=KafkaRecordMapper(settings.kafka),
+        clock_partitions=inputs.clock_partitions,
     )
     with contextlib.suppress(KeyboardInterrupt):
         _run(flow, workers)
     report.print_summary(out)
+
+
+@app.command()
+def produce(
+    directory: Annotated[Path, typer.Argument(help="Replay directory to publish.")],
+    brokers: Annotated[
+        str, typer.Option(envvar="TRAINGUARD_BROKERS", help="Comma-separated Kafka bootstrap servers, host:port.")
+    ] = "",
+    speed: Annotated[float | None, typer.Option(help="Event-time speed-up; default: as fast as possible.")] = None,
+    create: Annotated[bool, typer.Option("--create-topics", help="Create missing topics first.")] = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Publish a replay directory's records to the Kafka input topics, in event-time order."""
+    from dataflows.kafka_io import create_topics, produce_replay
+
+    settings = _settings(config)
+    if brokers:
+        settings.kafka.brokers = [b.strip() for b in brokers.split(",") if b.strip()]
+    if not settings.kafka.brokers:
+        raise _fail("no Kafka brokers given; pass --brokers HOST:PORT or set TRAINGUARD_BROKERS.")
+    if speed is not None and speed <= 0:
+        raise _fail(f"--speed must be a positive number, got {speed}.")
+    try:
+        if create:
+            create_topics(settings.kafka)
+        counts = produce_replay(directory, settings.kafka, speed)
+    except ReplayError as exc:
+        raise _fail(str(exc)) from None
+    console.print("published " + ", ".join(f"{n} {t}" for t, n in counts.items()))
 
 
 @app.command("import-logs")

@@ -32,7 +32,7 @@ from actions.policy import decide
 from dataflows.archive import ParquetArchiveSink
 from dataflows.config import Settings, load_settings
 from dataflows.records import RawRecord
-from detectors.events import Action, Anomaly, DeadLetter, Event, Tick, decode
+from detectors.events import TOPICS, Action, Anomaly, DeadLetter, Event, Tick, decode
 from detectors.monitor import JobMonitor, NodeMonitor
 from detectors.routing import DEAD, Router
 from detectors.settings import DetectorSettings
@@ -40,19 +40,23 @@ from detectors.settings import DetectorSettings
 # ---------------------------------------------------------------- stateful steps
 
 
-class RouterLogic(StatefulBatchLogic[tuple[str, Event], tuple[str, Any], Router]):
+# (clock partition, tie-break order, event, original bytes)
+Routed = tuple[str, tuple[int, int, int], Event, bytes]
+
+
+class RouterLogic(StatefulBatchLogic[Routed, tuple[str, Any], Router]):
     """Bytewax shell around :class:`Router`; live mode also ticks on wall-clock idle."""
 
     def __init__(self, router: Router, live: bool) -> None:
         self.router = router
         self.live = live
 
-    def on_batch(self, values: list[tuple[str, Event]]) -> tuple[list[tuple[str, Any]], bool]:
+    def on_batch(self, values: list[Routed]) -> tuple[list[tuple[str, Any]], bool]:
         wall = time.time() if self.live else None
         route = self.router.route
         out: list[tuple[str, Any]] = []
-        for clock, event in values:
-            out.extend(route(clock, event, wall))
+        for clock, order, event, payload in values:
+            out.extend(route(clock, event, wall, order, payload))
         return out, StatefulBatchLogic.RETAIN
 
     def on_notify(self) -> tuple[list[tuple[str, Any]], bool]:
@@ -166,14 +170,20 @@ class Outputs:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _decode_batch(batch: list[RawRecord | DeadLetter]) -> list[tuple[str, Event] | DeadLetter]:
-    out: list[tuple[str, Event] | DeadLetter] = []
+_TOPIC_ORDER = {t: i for i, t in enumerate(TOPICS)}
+
+
+def _decode_batch(batch: list[RawRecord | DeadLetter]) -> list[Routed | DeadLetter]:
+    out: list[Routed | DeadLetter] = []
     for rec in batch:
         if isinstance(rec, DeadLetter):
             out.append(rec)
             continue
         event = decode(rec.topic, rec.payload, rec.partition, rec.offset)
-        out.append(event if isinstance(event, DeadLetter) else (rec.clock, event))
+        if isinstance(event, DeadLetter):
+            out.append(event)
+        else:
+            out.append((rec.clock, (_TOPIC_ORDER.get(rec.topic, 9), rec.partition, rec.offset), event, rec.payload))
     return out
 
 
@@ -184,8 +194,13 @@ def build_flow(
     *,
     live: bool = False,
     record_mapper: Callable[[Any], RawRecord | DeadLetter] | None = None,
+    clock_partitions: list[str] | None = None,
 ) -> Dataflow:
-    """Wire the whole pipeline over ``source`` (a replay or Kafka source)."""
+    """Wire the whole pipeline over ``source`` (a replay or Kafka source).
+
+    ``clock_partitions`` names every ordered input stream (Kafka topic-partitions)
+    so the watermark waits for all of them; a replay is one stream.
+    """
     det = settings.detectors
     router_settings = copy.deepcopy(settings.router)
     router_settings.linger_s = det.linger_s
@@ -206,7 +221,9 @@ def build_flow(
         op.stateful_batch(
             "route",
             keyed,
-            lambda state: RouterLogic(state or Router(router_settings), live),  # type: ignore[arg-type]
+            lambda state: RouterLogic(  # type: ignore[arg-type]
+                state or Router(router_settings, clock_partitions, time.time() if live else None), live
+            ),
         ),
     )
     alive = op.branch("dead_or_alive", routed, lambda kv: kv[0] != DEAD)
@@ -250,12 +267,13 @@ def from_env() -> Dataflow:
     settings = load_settings(os.environ.get("TRAINGUARD_CONFIG"))
     if os.environ.get("TRAINGUARD_BROKERS"):
         settings.kafka.brokers = os.environ["TRAINGUARD_BROKERS"].split(",")
-    topics = check_topics(settings.kafka)
+    inputs = check_topics(settings.kafka)
     out = os.environ.get("TRAINGUARD_OUT")
     return build_flow(
-        kafka_source(settings.kafka, topics),
+        kafka_source(settings.kafka, inputs.topics),
         settings,
         Outputs(archive=Path(out) if out else None, kafka=True),
         live=True,
         record_mapper=KafkaRecordMapper(settings.kafka),
+        clock_partitions=inputs.clock_partitions,
     )

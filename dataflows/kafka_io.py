@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import msgspec
 from bytewax.connectors.kafka import (
@@ -12,31 +14,43 @@ from bytewax.connectors.kafka import (
     KafkaSource,
     KafkaSourceMessage,
 )
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from dataflows.config import ConfigError, KafkaSettings
 from dataflows.records import RawRecord
+from dataflows.replay import merged_records
 from detectors.events import TOPICS, Action, Anomaly, DeadLetter
 
 
-def check_topics(settings: KafkaSettings, timeout_s: float = 10.0) -> list[str]:
+class InputTopics(NamedTuple):
+    topics: list[str]  # Kafka topic names to consume
+    clock_partitions: list[str]  # "<stream>/<partition>" for every partition, for the watermark
+
+
+def check_topics(settings: KafkaSettings, timeout_s: float = 10.0) -> InputTopics:
     """The input topics that exist on the brokers; one-sentence error when none do."""
     if not settings.brokers:
         raise ConfigError("no Kafka brokers given; pass --brokers HOST:PORT or set TRAINGUARD_BROKERS.")
     admin = AdminClient({"bootstrap.servers": ",".join(settings.brokers), **settings.extra})
     try:
-        existing = set(admin.list_topics(timeout=timeout_s).topics)
+        metadata = admin.list_topics(timeout=timeout_s).topics
     except Exception as exc:  # confluent-kafka raises KafkaException with a nested error
         raise ConfigError(f"cannot reach Kafka brokers {','.join(settings.brokers)} ({exc}).") from None
-    wanted = [settings.topic_for(t) for t in TOPICS]
-    present = [t for t in wanted if t in existing]
-    if not present:
+    topics: list[str] = []
+    partitions: list[str] = []
+    for stream in TOPICS:
+        name = settings.topic_for(stream)
+        if name in metadata:
+            topics.append(name)
+            partitions += [f"{stream}/{p}" for p in sorted(metadata[name].partitions)]
+    if not topics:
+        wanted = ", ".join(settings.topic_for(t) for t in TOPICS)
         raise ConfigError(
-            f"none of the input topics {', '.join(wanted)} exist on {','.join(settings.brokers)}; "
+            f"none of the input topics {wanted} exist on {','.join(settings.brokers)}; "
             "create them or map streams to existing topics with kafka.topics in the config."
         )
-    return present
+    return InputTopics(topics, partitions)
 
 
 def kafka_source(settings: KafkaSettings, topics: list[str]) -> KafkaSource:
@@ -85,3 +99,47 @@ def to_kafka_message(settings: KafkaSettings, item: Anomaly | Action | DeadLette
         return KafkaSinkMessage(item.target.encode(), msgspec.json.encode(item), topic=settings.actions_topic)
     headers = [("reason", item.reason.encode()[:1000]), ("source_topic", item.topic.encode())]
     return KafkaSinkMessage(item.topic.encode(), item.payload, topic=settings.dead_letter_topic, headers=headers)
+
+
+def produce_replay(directory: Path, settings: KafkaSettings, speed: float | None = None) -> dict[str, int]:
+    """Publish a replay directory's records to the input topics in event-time order.
+
+    ``speed`` paces publication (60 = one hour of event time per minute); ``None``
+    publishes as fast as the broker takes it. Returns records published per topic.
+    """
+    producer = Producer({"bootstrap.servers": ",".join(settings.brokers), "linger.ms": 5, **settings.extra})
+    counts: dict[str, int] = {}
+    origin: tuple[float, float] | None = None
+    for key, rec in merged_records(directory):
+        if speed is not None:
+            if origin is None:
+                origin = (key, time.time())
+            delay = origin[1] + (key - origin[0]) / speed - time.time()
+            if delay > 0:
+                producer.flush()
+                time.sleep(delay)
+        while True:
+            try:
+                producer.produce(settings.topic_for(rec.topic), rec.payload)
+                break
+            except BufferError:  # local queue full: let it drain
+                producer.poll(0.1)
+        producer.poll(0)
+        counts[rec.topic] = counts.get(rec.topic, 0) + 1
+    remaining = producer.flush(30)
+    if remaining:
+        raise RuntimeError(f"{remaining} records were not delivered to {','.join(settings.brokers)} within 30s")
+    return counts
+
+
+def create_topics(settings: KafkaSettings, partitions: int = 1, timeout_s: float = 10.0) -> list[str]:
+    """Create the input and output topics that do not exist yet; returns those created."""
+    admin = AdminClient({"bootstrap.servers": ",".join(settings.brokers), **settings.extra})
+    existing = set(admin.list_topics(timeout=timeout_s).topics)
+    names = [settings.topic_for(t) for t in TOPICS]
+    names += [settings.anomalies_topic, settings.actions_topic, settings.dead_letter_topic]
+    new = [NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names if n not in existing]
+    if new:
+        for future in admin.create_topics(new, operation_timeout=timeout_s).values():
+            future.result(timeout_s)
+    return [t.topic for t in new]

@@ -49,6 +49,12 @@ class EventClock:
         self._last_tick: float | None = None
         self.max_ts = -math.inf
 
+    def expect(self, partition: str, wall: float | None = None) -> None:
+        """Declare a partition before it delivers: the watermark waits for it (or, live, for it to go idle)."""
+        self._newest.setdefault(partition, -math.inf)
+        if wall is not None:
+            self._last_wall.setdefault(partition, wall)
+
     @property
     def live(self) -> bool:
         return self.idle_after_s is not None
@@ -93,12 +99,10 @@ class EventClock:
 
     def ticks(self, wall: float | None = None) -> list[float]:
         """Grid points the watermark has crossed since the last call, oldest first."""
-        return self._grid_points(self.watermark(wall))
+        return self.grid_points(self.watermark(wall))
 
-    def final_ticks(self) -> list[float]:
-        return self._grid_points(self.finish())
-
-    def _grid_points(self, watermark: float) -> list[float]:
+    def grid_points(self, watermark: float) -> list[float]:
+        """Grid points up to ``watermark`` not handed out before."""
         if watermark == -math.inf:
             return []
         top = float(math.floor(watermark / self.tick_s)) * self.tick_s

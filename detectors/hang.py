@@ -68,7 +68,11 @@ class HangDetector:
         self._step = step
         self._steps_seen += 1
         self._last_advance = ts if self._last_advance is None else max(ts, self._last_advance)
-        self._pause_since = None
+        # A step clearly after the pause began ends it (some frameworks log no
+        # end marker); records of the step just before the marker arrive a
+        # little after it and must not.
+        if self._pause_since is not None and ts >= self._pause_since + max(2.0, self.interval() or 0.0):
+            self._pause_since = None
         self._fired = False
 
     def observe_phase(self, ts: float, starts: bool) -> None:

@@ -1,11 +1,14 @@
 """Key events by job, join node-level events to jobs, and drive the event-time clock.
 
-The router sees every event once, in source order. It keeps the scheduler's
+The router sees every event once. It holds events in a reorder buffer until
+the watermark passes them and releases them in timestamp order, so a Kafka
+consumer that reads its topics at different speeds processes exactly what a
+time-ordered replay processes, in the same order. It keeps the scheduler's
 job → nodes map so GPU samples and kernel lines (which carry only a node) are
-stamped with the job running there, checks timestamps against the clock, and
-after each event hands out the ticks the clock has crossed to every active key
-— in the same output stream as the events, so a key never sees a tick before
-an event that preceded it.
+stamped with the job running there, refuses timestamps far off the clock, and
+after each release hands out the ticks the clock has crossed to every active
+key — in the same output stream as the events, so a key never sees a tick
+before an event that preceded it.
 
 >>> from detectors.events import JobEvent, GpuSample
 >>> router = Router(RouterSettings(lateness_s=0, tick_s=5))
@@ -20,6 +23,7 @@ Node keys get every ``node_tick_every``-th tick only: they have no short deadlin
 
 from __future__ import annotations
 
+import heapq
 import math
 from typing import Any
 
@@ -46,37 +50,65 @@ class RouterSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class Router:
     """Stateful router: one instance sees the whole stream."""
 
-    def __init__(self, settings: RouterSettings | None = None) -> None:
+    def __init__(
+        self, settings: RouterSettings | None = None, partitions: list[str] | None = None, wall: float | None = None
+    ) -> None:
         self.settings = s = settings or RouterSettings()
         self.clock = EventClock(s.lateness_s, s.tick_s, s.idle_after_s)
+        # Until every source partition has spoken (or, live, gone quiet) the
+        # clock cannot know how far time has moved.
+        for partition in partitions or []:
+            self.clock.expect(partition, wall)
         self.node_job: dict[str, str] = {}
         self.job_nodes: dict[str, list[str]] = {}
         self.active: dict[str, float] = {}  # key -> last event ts
         self.ended: dict[str, float] = {}  # job key -> end ts
         self._ticks_sent = 0
+        # Reorder buffer: events wait here until the watermark passes them, so
+        # every run processes them in the same (timestamp, topic, offset) order.
+        self._buffer: list[tuple[float, tuple[int, int, int], int, Event]] = []
+        self._seq = 0
 
-    def route(self, partition: str, event: Event, wall: float | None = None) -> list[tuple[str, Any]]:
-        """The ``(key, item)`` pairs for one event: the event itself, then any due ticks."""
+    def route(
+        self,
+        partition: str,
+        event: Event,
+        wall: float | None = None,
+        order: tuple[int, int, int] = (0, 0, 0),
+        payload: bytes | None = None,
+    ) -> list[tuple[str, Any]]:
+        """Take one event; return the ``(key, item)`` pairs now due: released events, then ticks.
+
+        ``order`` — (topic index, partition, offset) — breaks ties between equal
+        timestamps the same way in every run.
+        """
         ts: float = event.ts  # type: ignore[assignment]
         reason = self._refuse(ts, wall)
         if reason is not None:
-            payload = msgspec.json.encode(event)
+            payload = payload if payload is not None else msgspec.json.encode(event)
             topic = partition.split("/", 1)[0]
-            return [(DEAD, DeadLetter(topic=topic, partition=0, offset=-1, reason=reason, payload=payload, ts=ts))]
+            return [
+                (
+                    DEAD,
+                    DeadLetter(topic=topic, partition=order[1], offset=order[2], reason=reason, payload=payload, ts=ts),
+                )
+            ]
         self.clock.observe(partition, ts, wall)
-        key = self._key(event)
-        self.active[key] = max(ts, self.active.get(key, ts))
-        out: list[tuple[str, Any]] = [(key, event)]
-        out.extend(self._ticks(self.clock.ticks(wall)))
-        return out
+        self._seq += 1
+        heapq.heappush(self._buffer, (ts, order, self._seq, event))
+        return self._release(self.clock.watermark(wall))
 
     def idle(self, wall: float) -> list[tuple[str, Any]]:
-        """Live mode, no input: let the clock move and hand out ticks."""
-        return self._ticks(self.clock.ticks(wall))
+        """Live mode, no input: let the clock move, release what is due, hand out ticks."""
+        return self._release(self.clock.watermark(wall))
 
     def finish(self) -> list[tuple[str, Any]]:
-        """End of a finite input: tick up to the newest event."""
-        return self._ticks(self.clock.final_ticks())
+        """End of a finite input: everything has arrived; release it all and tick to the newest event."""
+        return self._release(self.clock.finish())
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
 
     # -- internals -------------------------------------------------------------------
     def _refuse(self, ts: float, wall: float | None) -> str | None:
@@ -123,6 +155,19 @@ class Router:
                 del self.node_job[node]
         if state not in ("PENDING", "REQUEUED", "SUSPENDED"):
             self.ended[key] = event.ts  # type: ignore[assignment]
+
+    def _release(self, watermark: float) -> list[tuple[str, Any]]:
+        """Events up to the watermark in timestamp order, then the ticks the watermark crossed."""
+        out: list[tuple[str, Any]] = []
+        buffer = self._buffer
+        while buffer and buffer[0][0] <= watermark:
+            ts, _order, _seq, event = heapq.heappop(buffer)
+            key = self._key(event)
+            if ts > self.active.get(key, -math.inf):
+                self.active[key] = ts
+            out.append((key, event))
+        out.extend(self._ticks(self.clock.grid_points(watermark)))
+        return out
 
     def _ticks(self, points: list[float]) -> list[tuple[str, Any]]:
         if not points:

@@ -1,0 +1,3 @@
+from dataflows.cli import main
+
+main()

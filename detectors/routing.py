@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 
 from detectors.clock import EventClock
-from detectors.events import DeadLetter, Event, GpuSample, JobEvent, LogRecord, NodeEvent, Tick
+from detectors.events import TOPICS, DeadLetter, Event, GpuSample, JobEvent, LogRecord, NodeEvent, Tick
 from detectors.monitor import RUNNING_STATES
 
 DEAD = "!dead"  # key of dead-letter items in the router's output
@@ -86,7 +86,7 @@ class Router:
         reason = self._refuse(ts, wall)
         if reason is not None:
             payload = payload if payload is not None else msgspec.json.encode(event)
-            topic = partition.split("/", 1)[0]
+            topic = TOPICS[order[0]] if order[0] < len(TOPICS) else partition.split("/", 1)[0]
             return [
                 (
                     DEAD,

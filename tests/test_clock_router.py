@@ -1,0 +1,105 @@
+"""The event-time clock and the router: watermarks, ticks, reordering, the job↔node join."""
+
+from __future__ import annotations
+
+from detectors.clock import EventClock
+from detectors.events import DeadLetter, GpuSample, JobEvent, LogRecord, ProgressRecord, Tick
+from detectors.routing import DEAD, Router, RouterSettings
+
+
+def test_watermark_is_the_slowest_partition_minus_lateness_and_never_goes_back():
+    clock = EventClock(lateness_s=2, tick_s=5)
+    clock.observe("a", 100)
+    clock.observe("b", 50)
+    assert clock.watermark() == 48
+    clock.observe("b", 40)  # late event: no step back
+    assert clock.watermark() == 48
+    clock.observe("b", 200)
+    assert clock.watermark() == 98
+
+
+def test_expected_partition_holds_the_clock_until_it_speaks_or_goes_idle():
+    clock = EventClock(lateness_s=0, tick_s=5, idle_after_s=2)
+    clock.expect("slow", wall=1000.0)
+    clock.observe("fast", 500.0, wall=1000.0)
+    assert clock.watermark(wall=1001.0) == float("-inf")
+    # Two wall seconds of silence from "slow": it stops holding the clock.
+    clock.observe("fast", 510.0, wall=1002.5)
+    assert clock.watermark(wall=1002.5) == 510.0
+
+
+def test_live_clock_moves_with_the_wall_when_every_source_is_silent():
+    clock = EventClock(lateness_s=1, tick_s=5, idle_after_s=2)
+    clock.observe("a", 100.0, wall=1000.0)
+    assert clock.watermark(wall=1001.0) == 99.0
+    assert clock.watermark(wall=1030.0) == 99.0 + 30.0
+
+
+def test_every_grid_tick_is_handed_out_once():
+    clock = EventClock(lateness_s=0, tick_s=5, max_catchup_ticks=4)
+    clock.observe("a", 100.0)
+    assert clock.ticks() == [100.0]
+    clock.observe("a", 117.0)
+    assert clock.ticks() == [105.0, 110.0, 115.0]
+    assert clock.ticks() == []
+    clock.observe("a", 1000.0)  # a long gap jumps instead of flooding
+    assert clock.ticks() == [985.0, 990.0, 995.0, 1000.0]
+
+
+def _ev(cls, **kw):
+    return cls(**kw)
+
+
+def test_router_releases_in_timestamp_order_and_ticks_after_the_events():
+    router = Router(RouterSettings(lateness_s=5, tick_s=5))
+    out = []
+    for ts in (100.0, 103.0, 101.0, 109.0, 112.0):
+        out += router.route("p", ProgressRecord(ts=ts, job_id="1", node="n", rank=0, step=int(ts)))
+    items = [v for _, v in out]
+    released = [v.ts for v in items if isinstance(v, ProgressRecord)]
+    assert released == [100.0, 101.0, 103.0]  # 109 and 112 wait for the watermark (112 - 5 = 107)
+    ticks = [v.watermark for v in items if isinstance(v, Tick)]
+    assert ticks == [100.0, 105.0]  # the 95 s tick found no key yet: nothing was released
+    # No tick overtakes an event it covers.
+    last_tick_index = max(i for i, v in enumerate(items) if isinstance(v, Tick) and v.watermark == 105.0)
+    assert all(i < last_tick_index for i, v in enumerate(items) if isinstance(v, ProgressRecord))
+    rest = router.finish()
+    assert [v.ts for _, v in rest if isinstance(v, ProgressRecord)] == [109.0, 112.0]
+
+
+def test_router_joins_node_events_to_the_job_running_there():
+    router = Router(RouterSettings(lateness_s=0, tick_s=5))
+    router.route("p", JobEvent(ts=10.0, job_id="42", state="RUNNING", nodes=["n1", "n2"]))
+    keyed = router.route("p", LogRecord(ts=11.0, node="n2", source="kernel", line="NVRM: Xid"))
+    assert keyed[0][0] == "job/42" and keyed[0][1].job_id == "42"
+    idle = router.route("p", LogRecord(ts=12.0, node="n9", source="kernel", line="NVRM: Xid"))
+    assert idle[0][0] == "node/n9"
+    sample = router.route("p", GpuSample(ts=13.0, node="n1", gpu=0))
+    assert sample[0][0] == "node/n1" and sample[0][1].job_id == "42"
+    xid = router.route("p", GpuSample(ts=14.0, node="n1", gpu=0, xid=79))
+    assert xid[0][0] == "job/42"
+    router.route("p", JobEvent(ts=20.0, job_id="42", state="COMPLETED", nodes=["n1", "n2"]))
+    after = router.route("p", GpuSample(ts=21.0, node="n1", gpu=0))
+    assert after[0][0] == "node/n1" and after[0][1].job_id is None
+
+
+def test_router_dead_letters_timestamps_far_from_the_clock_with_the_original_bytes():
+    router = Router(RouterSettings(lateness_s=0, tick_s=5, max_future_s=3600, max_late_s=3600))
+    router.route("logs/0", LogRecord(ts=100_000.0, node="n", line="ok"), order=(0, 0, 1))
+    future = router.route("logs/0", LogRecord(ts=200_000.0, node="n", line="x"), order=(0, 0, 2), payload=b"orig")
+    assert future[0][0] == DEAD and isinstance(future[0][1], DeadLetter)
+    assert "ahead of the newest event" in future[0][1].reason and future[0][1].payload == b"orig"
+    assert future[0][1].topic == "logs" and future[0][1].offset == 2
+    late = router.route("logs/0", LogRecord(ts=90_000.0, node="n", line="x"))
+    assert late[0][0] == DEAD and "behind the watermark" in late[0][1].reason
+    live = Router(RouterSettings(lateness_s=0, idle_after_s=2))
+    ahead = live.route("logs/0", LogRecord(ts=100_000.0, node="n", line="x"), wall=10_000.0)
+    assert ahead[0][0] == DEAD and "ahead of the wall clock" in ahead[0][1].reason
+
+
+def test_router_stops_ticking_finished_jobs():
+    router = Router(RouterSettings(lateness_s=0, tick_s=5, linger_s=10))
+    router.route("p", JobEvent(ts=0.0, job_id="1", state="RUNNING", nodes=["n"]))
+    router.route("p", JobEvent(ts=5.0, job_id="1", state="COMPLETED", nodes=["n"]))
+    router.route("p", LogRecord(ts=100.0, job_id="2", node="m", line="x"))
+    assert "job/1" not in router.active and "job/2" in router.active

@@ -1,0 +1,123 @@
+"""The real dataflow over replay directories: faults found, garbage dead-lettered, archive readable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from datasets.scenario import demo
+from detectors.events import MAX_RECORD_BYTES
+from tests.conftest import DEMO_DIR, RunResult, replay
+
+
+def test_demo_finds_the_three_faults_and_localises_them(demo_result: RunResult):
+    kinds = sorted((a.kind, a.category, a.job_id) for a in demo_result.anomalies)
+    assert kinds == [("crash", "xid_79", "1002"), ("hang", "no_progress", "1003"), ("straggler", "slow_rank", "1004")]
+    crash = demo_result.by_kind("crash")[0]
+    assert crash.nodes == ["gpu-node-04"] and crash.layer == "hardware" and crash.transient is False
+    assert crash.detected_at - crash.onset_ts <= 1.0
+    straggler = demo_result.by_kind("straggler")[0]
+    assert straggler.nodes == ["gpu-node-08"] and straggler.ranks == [11]
+    assert straggler.detected_at - straggler.onset_ts <= 120
+    hang = demo_result.by_kind("hang")[0]
+    # Deadline: max(55 s, 5 × step) after the last step, reported on the 5 s tick grid.
+    assert 55 <= hang.detected_at - hang.onset_ts <= 60
+
+
+def test_benign_pauses_and_cancel_raise_nothing(demo_result: RunResult):
+    # Job 1001 pauses 150 s for a checkpoint, 1004 evaluates for 60 s, 1005 is cancelled by its user.
+    assert not [a for a in demo_result.anomalies if a.job_id in ("1001", "1005")]
+    assert [a.kind for a in demo_result.anomalies if a.job_id == "1004"] == ["straggler"]
+
+
+def test_monitor_mode_recommends_without_acting(demo_result: RunResult):
+    assert demo_result.actions and all(a.status == "recommended" and a.mode == "monitor" for a in demo_result.actions)
+    crash = demo_result.by_kind("crash")[0]
+    assert {(a.action, a.target) for a in demo_result.actions if a.anomaly_id == crash.anomaly_id} == {
+        ("drain_node", "gpu-node-04"),
+        ("requeue_job", "1002"),
+    }
+
+
+def test_replay_is_deterministic_and_format_independent(tmp_path: Path, demo_result: RunResult):
+    """The JSON Lines form of the scenario (string and float stamps) gives the same anomalies as the Parquet one."""
+    demo(0).write(tmp_path)
+    again = replay(tmp_path)
+    assert sorted(a.anomaly_id for a in again.anomalies) == sorted(a.anomaly_id for a in demo_result.anomalies)
+    assert sorted(a.detected_at for a in again.anomalies) == sorted(a.detected_at for a in demo_result.anomalies)
+
+
+def test_live_style_paced_run_matches_max_speed(demo_result: RunResult):
+    """A paced replay with the live clock (wall-clock idle ticks) gives the same anomalies at the same event times."""
+    live = replay(DEMO_DIR, speed=4000.0, live=True)
+    key = lambda r: sorted((a.anomaly_id, a.detected_at) for a in r.anomalies)  # noqa: E731
+    assert key(live) == key(demo_result)
+
+
+def _inject(path: Path, at: int, lines: list[bytes]) -> None:
+    rows = path.read_bytes().splitlines(keepends=True)
+    rows[at:at] = [line + b"\n" for line in lines]
+    path.write_bytes(b"".join(rows))
+
+
+def test_garbage_is_dead_lettered_counted_and_the_flow_keeps_going(tmp_path: Path, demo_result: RunResult):
+    demo(0).write(tmp_path)
+    logs = tmp_path / "logs.jsonl"
+    first = json.loads(logs.read_bytes().splitlines()[1200])
+    ts = first["ts"]
+    good = {"ts": ts, "job_id": "1001", "node": "gpu-node-01", "line": "hello"}
+    garbage = [
+        b"{this is not json",
+        json.dumps({**good, "node": 17}).encode(),
+        b"\x00\x01\xff\xfe\x89PNG binary junk",
+        json.dumps({**good, "line": "x" * (1024 * 1024)}).encode(),
+        json.dumps({**good, "ts": "2090-01-01T00:00:00Z"}).encode(),  # far future, still before 2100
+        json.dumps({**good, "ts": "1990-01-01T00:00:00Z"}).encode(),  # far past
+        json.dumps({**good, "ts": first["ts"].replace("T10:", "T07:").replace("T11:", "T08:")}).encode(),  # 3 h late
+        json.dumps({"ts": 1796205600, "kind": "job", "state": "RUNNING"}).encode(),  # wrong topic shape
+    ]
+    _inject(logs, 1200, garbage)
+    # Out-of-order but within the allowed lateness: reordered, not refused.
+    gpu = tmp_path / "gpu.jsonl"
+    rows = gpu.read_bytes().splitlines(keepends=True)
+    rows[500], rows[520] = rows[520], rows[500]
+    gpu.write_bytes(b"".join(rows))
+
+    result = replay(tmp_path)
+    reasons = sorted(d.reason for d in result.dead)
+    assert len(result.dead) == len(garbage), reasons
+    assert all(d.topic == "logs" for d in result.dead)
+    text = "\n".join(reasons)
+    for part in ("malformed", "Expected `str`, got `int` - at `$.node`", f"{MAX_RECORD_BYTES}-byte limit",
+                 "ahead of the newest event", "outside 2000..2100", "behind the watermark",
+                 "missing required field"):
+        assert part in text, part
+    assert sum(len(d.payload) for d in result.dead) > 1024 * 1024  # originals kept whole
+    assert sorted(a.anomaly_id for a in result.anomalies) == sorted(a.anomaly_id for a in demo_result.anomalies)
+
+
+def test_parquet_archive_is_partitioned_and_readable_with_polars(tmp_path: Path):
+    out = tmp_path / "archive"
+    result = replay(DEMO_DIR, archive=out)
+    # A crash mid-write leaves only a hidden temporary file, which readers never match.
+    stray = out / "anomalies" / "date=2026-12-01" / ".part-w0-crashed.parquet.1234.tmp"
+    stray.write_bytes(b"PAR1 half a file")
+    anomalies = pl.scan_parquet(out / "anomalies" / "**" / "*.parquet").collect()
+    assert sorted(anomalies["anomaly_id"].to_list()) == sorted(a.anomaly_id for a in result.anomalies)
+    assert anomalies.schema["detected_at"] == pl.Datetime("us", "UTC")
+    hive = pl.scan_parquet(out / "anomalies" / "**" / "*.parquet", hive_partitioning=True).collect()
+    assert hive["date"].cast(pl.String).unique().to_list() == ["2026-12-01"]
+    actions = pl.scan_parquet(out / "actions" / "**" / "*.parquet").collect()
+    assert actions.height == len(result.actions) and set(actions["status"]) == {"recommended"}
+
+
+def test_missing_replay_directory_is_one_clear_sentence(tmp_path: Path):
+    from dataflows.replay import ReplayError, ReplaySource
+
+    with pytest.raises(ReplayError, match=r"holds none of logs.jsonl"):
+        ReplaySource(tmp_path)
+    with pytest.raises(ReplayError, match="does not exist"):
+        ReplaySource(tmp_path / "nope")

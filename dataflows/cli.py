@@ -36,7 +36,7 @@ WorkersOpt = Annotated[int, typer.Option("--workers", "-w", min=1, max=64, help=
 
 
 def _fail(message: str) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {message}")
+    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
     return typer.Exit(2)
 
 

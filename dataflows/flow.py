@@ -53,11 +53,7 @@ class RouterLogic(StatefulBatchLogic[Routed, tuple[str, Any], Router]):
 
     def on_batch(self, values: list[Routed]) -> tuple[list[tuple[str, Any]], bool]:
         wall = time.time() if self.live else None
-        route = self.router.route
-        out: list[tuple[str, Any]] = []
-        for clock, order, event, payload in values:
-            out.extend(route(clock, event, wall, order, payload))
-        return out, StatefulBatchLogic.RETAIN
+        return self.router.route_batch(values, wall), StatefulBatchLogic.RETAIN
 
     def on_notify(self) -> tuple[list[tuple[str, Any]], bool]:
         return self.router.idle(time.time()), StatefulBatchLogic.RETAIN

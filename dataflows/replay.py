@@ -186,10 +186,10 @@ class ReplaySource(FixedPartitionedSource[RawRecord, int]):
     """
 
     def __init__(self, directory: str | Path, speed: float | None = None, batch_size: int = 2000) -> None:
-        self.directory = Path(directory)
-        topic_files(self.directory)  # fail now, with a clear sentence, not inside a worker
         if speed is not None and speed <= 0:
             raise ReplayError(f"--speed must be a positive number, got {speed}.")
+        self.directory = Path(directory)
+        topic_files(self.directory)  # fail now, with a clear sentence, not inside a worker
         self.speed = speed
         self.batch_size = batch_size
         self.on_progress: Callable[[int], None] | None = None

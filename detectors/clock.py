@@ -68,6 +68,11 @@ class EventClock:
         if wall is not None:
             self._last_wall[partition] = wall
 
+    @property
+    def current(self) -> float:
+        """The watermark as last computed (no recomputation)."""
+        return self._watermark
+
     def watermark(self, wall: float | None = None) -> float:
         """Current watermark; never moves backwards."""
         if not self._newest:

@@ -2,8 +2,9 @@
 
 Handles ``srun -l`` prefixes (``12: ``), PyTorch's ``[rank3]:`` and torchrun's
 ``[default3]:``, and the timestamps training logs carry: ISO-8601 (with ``T``
-or a space, ``,`` or ``.`` fractions), glog ``[E1218 20:27:21.426]`` and syslog
-``Dec  2 11:38:46`` (both without a year: pass one), and ``dmesg -T``
+or a space, ``,`` or ``.`` fractions), glog ``[E1218 20:27:21.426]`` (PyTorch
+drops the month's leading zero: ``[E410 ...]``) and syslog ``Dec  2 11:38:46``
+(both without a year: pass one), and ``dmesg -T``
 ``[Wed Jul 31 23:14:18 2024]``. Times without a zone are taken as UTC.
 
 >>> p = parse_prefix("3: [rank3]:[E1218 20:27:21.426 ProcessGroupNCCL.cpp:607] timeout", year=2024)
@@ -31,7 +32,7 @@ class Prefixed(NamedTuple):
 _SRUN = re.compile(r"^\s*(\d{1,6}): ")
 _RANK = re.compile(r"\[(?:rank|default)(\d{1,6})\]:")
 _ISO = re.compile(r"(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?")
-_GLOG = re.compile(r"\b[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?")
+_GLOG = re.compile(r"\b[IWEF](\d{1,2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?")
 _SYSLOG = re.compile(r"^([A-Z][a-z]{2}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})\b")
 _DMESG_T = re.compile(r"\[[A-Z][a-z]{2} ([A-Z][a-z]{2}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\]")
 _MONTHS = {

@@ -16,9 +16,10 @@ before an event that preceded it.
 ...     "scheduler/0", JobEvent(ts=100.0, job_id="7", state="RUNNING", nodes=["n1"]))]
 [('job/7', 'JobEvent'), ('job/7', 'Tick')]
 >>> [(k, type(v).__name__) for k, v in router.route("scheduler/0", GpuSample(ts=106.0, node="n1", gpu=0))]
-[('node/n1', 'GpuSample'), ('job/7', 'Tick')]
+[('job/7', 'Tick'), ('node/n1', 'GpuSample')]
 
-Node keys get every ``node_tick_every``-th tick only: they have no short deadlines.
+The 105 s tick comes before the 106 s sample it does not cover. Node keys get
+every ``node_tick_every``-th tick only: they have no short deadlines.
 """
 
 from __future__ import annotations
@@ -77,26 +78,36 @@ class Router:
         order: tuple[int, int, int] = (0, 0, 0),
         payload: bytes | None = None,
     ) -> list[tuple[str, Any]]:
-        """Take one event; return the ``(key, item)`` pairs now due: released events, then ticks.
+        """Take one event; return the ``(key, item)`` pairs now due (see :meth:`route_batch`)."""
+        return self.route_batch([(partition, order, event, payload)], wall)
+
+    def route_batch(
+        self, batch: list[tuple[str, tuple[int, int, int], Event, bytes | None]], wall: float | None = None
+    ) -> list[tuple[str, Any]]:
+        """Take ``(clock partition, order, event, original bytes)`` items; return what is now due.
 
         ``order`` — (topic index, partition, offset) — breaks ties between equal
-        timestamps the same way in every run.
+        timestamps the same way in every run. The output interleaves released
+        events and ticks in time order, so it does not depend on how the input
+        was batched.
         """
-        ts: float = event.ts  # type: ignore[assignment]
-        reason = self._refuse(ts, wall)
-        if reason is not None:
-            payload = payload if payload is not None else msgspec.json.encode(event)
-            topic = TOPICS[order[0]] if order[0] < len(TOPICS) else partition.split("/", 1)[0]
-            return [
-                (
-                    DEAD,
-                    DeadLetter(topic=topic, partition=order[1], offset=order[2], reason=reason, payload=payload, ts=ts),
-                )
-            ]
-        self.clock.observe(partition, ts, wall)
-        self._seq += 1
-        heapq.heappush(self._buffer, (ts, order, self._seq, event))
-        return self._release(self.clock.watermark(wall))
+        out: list[tuple[str, Any]] = []
+        observe = self.clock.observe
+        buffer = self._buffer
+        for partition, order, event, payload in batch:
+            ts: float = event.ts  # type: ignore[assignment]
+            reason = self._refuse(ts, wall)
+            if reason is not None:
+                raw = payload if payload is not None else msgspec.json.encode(event)
+                topic = TOPICS[order[0]] if order[0] < len(TOPICS) else partition.split("/", 1)[0]
+                dead = DeadLetter(topic=topic, partition=order[1], offset=order[2], reason=reason, payload=raw, ts=ts)
+                out.append((DEAD, dead))
+                continue
+            observe(partition, ts, wall)
+            self._seq += 1
+            heapq.heappush(buffer, (ts, order, self._seq, event))
+        out.extend(self._release(self.clock.watermark(wall)))
+        return out
 
     def idle(self, wall: float) -> list[tuple[str, Any]]:
         """Live mode, no input: let the clock move, release what is due, hand out ticks."""
@@ -117,7 +128,7 @@ class Router:
             return f"`ts` is {ts - self.clock.max_ts:.0f}s ahead of the newest event (limit {s.max_future_s:g}s)"
         if wall is not None and ts > wall + s.max_future_s:
             return f"`ts` is {ts - wall:.0f}s ahead of the wall clock (limit {s.max_future_s:g}s)"
-        watermark = self.clock.watermark(wall)
+        watermark = self.clock.current
         if ts < watermark - s.max_late_s:
             return f"`ts` is {watermark - ts:.0f}s behind the watermark (limit {s.max_late_s:g}s)"
         return None
@@ -157,16 +168,25 @@ class Router:
             self.ended[key] = event.ts  # type: ignore[assignment]
 
     def _release(self, watermark: float) -> list[tuple[str, Any]]:
-        """Events up to the watermark in timestamp order, then the ticks the watermark crossed."""
+        """Events up to the watermark in timestamp order, each tick right after the events it covers."""
         out: list[tuple[str, Any]] = []
         buffer = self._buffer
+        points = self.clock.grid_points(watermark)
+        next_point = 0
+        active = self.active
         while buffer and buffer[0][0] <= watermark:
             ts, _order, _seq, event = heapq.heappop(buffer)
+            if next_point < len(points) and points[next_point] < ts:
+                upto = next_point
+                while upto < len(points) and points[upto] < ts:
+                    upto += 1
+                out.extend(self._ticks(points[next_point:upto]))
+                next_point = upto
             key = self._key(event)
-            if ts > self.active.get(key, -math.inf):
-                self.active[key] = ts
+            if ts > active.get(key, -math.inf):
+                active[key] = ts
             out.append((key, event))
-        out.extend(self._ticks(self.clock.grid_points(watermark)))
+        out.extend(self._ticks(points[next_point:]))
         return out
 
     def _ticks(self, points: list[float]) -> list[tuple[str, Any]]:

@@ -31,8 +31,9 @@ def test_cascade_of_timeouts_waits_for_a_root_error_and_becomes_one_anomaly():
     mon = JobMonitor("7")
     assert mon.observe(log(100.0, TIMEOUT.format(r=0))) == []
     assert mon.observe(log(100.1, TIMEOUT.format(r=1), rank=1)) == []
-    root = mon.observe(log(101.0, "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.",
-                           rank=None, node="n2"))
+    root = mon.observe(
+        log(101.0, "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.", rank=None, node="n2")
+    )
     assert [(a.category, a.nodes, a.layer) for a in root] == [("xid_79", ["n2"], "hardware")]
     assert any("Watchdog" in e for e in root[0].evidence)
     # Later cascade lines and the scheduler's FAILED join the same incident.
@@ -127,17 +128,26 @@ def test_gpu_health_uses_counter_deltas_and_survives_resets():
     assert mon.observe(GpuSample(ts=10.0, **{**sample, "ecc_dbe_total": 0})) == []  # driver reload reset
     found = mon.observe(GpuSample(ts=20.0, **{**sample, "ecc_dbe_total": 1}))
     assert [(a.kind, a.category) for a in found] == [("node_unhealthy", "ecc_dbe")]  # no job: act on the node
-    busy = mon.observe(GpuSample(ts=30.0, **{**sample, "gpu": 1, "ecc_dbe_total": 0, "remapped_rows_pending": 2,
-                                             "job_id": "9"}))
+    busy = mon.observe(
+        GpuSample(ts=30.0, **{**sample, "gpu": 1, "ecc_dbe_total": 0, "remapped_rows_pending": 2, "job_id": "9"})
+    )
     assert [(a.kind, a.category, a.job_id) for a in busy] == [("gpu_degraded", "row_remap_pending", "9")]
 
 
 def test_signatures_and_parsers_on_a_few_real_formats():
-    assert match_line("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.70 GiB").signature.category == "oom"
-    assert match_line("NCCL WARN NET/IB : Got completion from peer 10.0.0.1<5> with status=12 opcode=0").signature.category == "ib_link"
+    assert (
+        match_line("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.70 GiB").signature.category
+        == "oom"
+    )
+    assert (
+        match_line("NCCL WARN NET/IB : Got completion from peer 10.0.0.1<5> with status=12 opcode=0").signature.category
+        == "ib_link"
+    )
     assert match_line("[default7]: iteration 12695/ 115311 | lm loss: 2.46 | number of nan iterations: 0 |") is None
-    mega = parse_progress(" [default7]: iteration    12695/  115311 | consumed samples:      9841584 | "
-                          "elapsed time per iteration (s): 105.22 | samples per second: 19.463 |")
+    mega = parse_progress(
+        " [default7]: iteration    12695/  115311 | consumed samples:      9841584 | "
+        "elapsed time per iteration (s): 105.22 | samples per second: 19.463 |"
+    )
     assert mega is not None and mega.step == 12695 and mega.step_time_s == 105.22 and mega.samples_per_s == 19.463
     assert parse_progress('{"step": 12, "tokens_per_s": 1500.5, "loss": 2.1}').tokens_per_s == 1500.5
     assert parse_progress('{"loss": 2.1}') is None

@@ -91,9 +91,15 @@ def test_garbage_is_dead_lettered_counted_and_the_flow_keeps_going(tmp_path: Pat
     assert len(result.dead) == len(garbage), reasons
     assert all(d.topic == "logs" for d in result.dead)
     text = "\n".join(reasons)
-    for part in ("malformed", "Expected `str`, got `int` - at `$.node`", f"{MAX_RECORD_BYTES}-byte limit",
-                 "ahead of the newest event", "outside 2000..2100", "behind the watermark",
-                 "missing required field"):
+    for part in (
+        "malformed",
+        "Expected `str`, got `int` - at `$.node`",
+        f"{MAX_RECORD_BYTES}-byte limit",
+        "ahead of the newest event",
+        "outside 2000..2100",
+        "behind the watermark",
+        "missing required field",
+    ):
         assert part in text, part
     assert sum(len(d.payload) for d in result.dead) > 1024 * 1024  # originals kept whole
     assert sorted(a.anomaly_id for a in result.anomalies) == sorted(a.anomaly_id for a in demo_result.anomalies)

@@ -1,0 +1,73 @@
+"""The command line as a user meets it: the demo, and one-sentence errors for wrong input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+from typer.testing import CliRunner
+
+from dataflows.cli import app
+from dataflows.config import load_settings
+
+runner = CliRunner()
+
+
+def test_demo_reports_the_bundled_faults_and_writes_parquet(tmp_path: Path):
+    result = runner.invoke(app, ["demo", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "Found 3 of the 3 labelled faults" in result.output
+    assert "Parquet archive" in result.output
+    assert pl.scan_parquet(tmp_path / "out" / "anomalies" / "**" / "*.parquet").collect().height == 3
+
+
+def test_replay_with_config_env_and_quiet(tmp_path: Path, monkeypatch):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("detectors:\n  hang:\n    floor_s: 30\nrouter:\n  tick_s: 1\n")
+    monkeypatch.setenv("TRAINGUARD_CONFIG", str(cfg))
+    from tests.conftest import DEMO_DIR
+
+    result = runner.invoke(app, ["replay", str(DEMO_DIR), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "3 anomalies" in result.output
+
+
+def _one_sentence_error(result) -> str:
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
+    return lines[0]
+
+
+def test_bad_config_values_are_one_sentence(tmp_path: Path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("router:\n  lateness_s: soon\n")
+    line = _one_sentence_error(runner.invoke(app, ["replay", str(tmp_path), "--config", str(cfg)]))
+    assert "Expected `float`, got `str` - at `$.router.lateness_s`" in line
+    cfg.write_text("policy:\n  mode: enforce\n")
+    assert "$.policy.mode" in _one_sentence_error(runner.invoke(app, ["replay", str(tmp_path), "-c", str(cfg)]))
+    cfg.write_text("detectors:\n  hang:\n    flor_s: 3\n")
+    assert "flor_s" in _one_sentence_error(runner.invoke(app, ["replay", str(tmp_path), "-c", str(cfg)]))
+    cfg.write_text("[1, 2\n")
+    assert "not valid YAML" in _one_sentence_error(runner.invoke(app, ["replay", str(tmp_path), "-c", str(cfg)]))
+    line = _one_sentence_error(runner.invoke(app, ["replay", str(tmp_path), "-c", str(tmp_path / "none.yaml")]))
+    assert "does not exist" in line
+
+
+def test_bad_arguments_are_one_sentence(tmp_path: Path):
+    assert "holds none of" in _one_sentence_error(runner.invoke(app, ["replay", str(tmp_path)]))
+    assert "positive" in _one_sentence_error(runner.invoke(app, ["replay", str(tmp_path / "x"), "--speed", "-1"]))
+    assert "no Kafka brokers" in _one_sentence_error(runner.invoke(app, ["run"], env={"TRAINGUARD_BROKERS": ""}))
+    line = _one_sentence_error(runner.invoke(app, ["run", "--brokers", "127.0.0.1:1", "--topic", "bogus"]))
+    assert "STREAM=TOPIC" in line
+    (tmp_path / "a.log").write_text("no stamps here\n")
+    line = _one_sentence_error(runner.invoke(app, ["import-logs", str(tmp_path / "a.log"), "--out", str(tmp_path)]))
+    assert "no line with a timestamp" in line
+    assert "unknown preset" in _one_sentence_error(
+        runner.invoke(app, ["generate", "--preset", "nope", "--out", str(tmp_path)])
+    )
+
+
+def test_defaults_load_without_a_file():
+    settings = load_settings(None)
+    assert settings.policy.mode == "monitor" and settings.detectors.hang.factor == 5.0

@@ -1,0 +1,72 @@
+"""Raw log import: launcher prefixes, timestamp formats, and files with no timestamps."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from dataflows.logimport import LogImportError, import_log, import_logs
+from detectors.logprefix import find_timestamp, parse_prefix
+from tests.conftest import replay
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2024-11-04T11:41:27.602Z step", "2024-11-04T11:41:27.602+00:00"),
+        ("[2024-11-04 11:41:27,602] [INFO] [loss_scaler.py:190]", "2024-11-04T11:41:27.602+00:00"),
+        ("2024-11-04T13:41:27+02:00 x", "2024-11-04T11:41:27+00:00"),
+        ("[rank1]:[E410 01:50:33.889423318 ProcessGroupNCCL.cpp:1895] [PG ID 0]", "2024-04-10T01:50:33.889423+00:00"),
+        ("E1218 20:27:21.426000 12 x.cpp:1] boom", "2024-12-18T20:27:21.426+00:00"),
+        ("Dec  2 11:38:46 worker4 kernel: NVRM: GPU 0000:0a:00.0", "2024-12-02T11:38:46+00:00"),
+        ("[Wed Jul 31 23:14:18 2024] NVRM: Xid (PCI:0000:00:05): 43", "2024-07-31T23:14:18+00:00"),
+    ],
+)
+def test_timestamp_formats(text: str, expected: str):
+    ts = find_timestamp(text, year=2024)
+    assert ts is not None
+    assert ts == pytest.approx(datetime.fromisoformat(expected).timestamp(), abs=1e-6)
+
+
+def test_rank_prefixes():
+    assert parse_prefix("12: hello", 2024).rank == 12
+    assert parse_prefix("12: hello", 2024).text == "hello"
+    assert parse_prefix("[rank3]: boom", 2024).rank == 3
+    assert parse_prefix("[default7]: iteration 5", 2024).rank == 7
+    assert parse_prefix("plain", 2024).rank is None
+    assert parse_prefix("E1399 99:99:99.1 nonsense date", 2024).ts is None
+
+
+def test_slurm_output_becomes_log_records_that_the_flow_understands(tmp_path: Path):
+    out_file = tmp_path / "slurm-4242.out"
+    out_file.write_text(
+        "starting job\n"
+        "0: 2026-12-01T10:00:00Z iteration 1/ 100 | elapsed time per iteration (ms): 1000.0 |\n"
+        "0: 2026-12-01T10:00:01Z iteration 2/ 100 | elapsed time per iteration (ms): 1000.0 |\n"
+        "3: [rank3]:[E1201 10:00:02.500 ProcessGroupNCCL.cpp:607] RuntimeError: CUDA error: an illegal memory "
+        "access was encountered\n"
+        "3:   what():  continuation line without a stamp\n"
+    )
+    records = list(import_log(out_file, node="gpu-node-07", year=2026))
+    assert [r["rank"] for r in records] == [None, 0, 0, 3, 3]
+    assert records[0]["ts"] == records[1]["ts"]  # before the first stamp: back-filled
+    assert records[4]["ts"] == records[3]["ts"]  # continuation inherits
+    assert {r["job_id"] for r in records} == {"4242"} and {r["node"] for r in records} == {"gpu-node-07"}
+    path, count = import_logs([out_file], tmp_path / "replay", node="gpu-node-07", year=2026)
+    assert count == 5 and json.loads(path.read_text().splitlines()[0])["job_id"] == "4242"
+    result = replay(tmp_path / "replay")
+    assert [(a.kind, a.category, a.job_id, a.ranks) for a in result.anomalies] == [
+        ("crash", "cuda_illegal_address", "4242", [3])
+    ]
+
+
+def test_file_without_timestamps_is_refused_with_one_sentence(tmp_path: Path):
+    path = tmp_path / "slurm-1.out"
+    path.write_text("hello\nworld\n")
+    with pytest.raises(LogImportError, match=r"has no line with a timestamp I can read"):
+        list(import_log(path))
+    with pytest.raises(LogImportError, match="does not exist"):
+        list(import_log(tmp_path / "missing.out"))

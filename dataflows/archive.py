@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+import weakref
 from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -101,9 +102,20 @@ def write_atomically(table: pa.Table, path: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
+_OPEN: weakref.WeakSet[_ArchivePartition] = weakref.WeakSet()
+
+
+def flush_open_archives() -> None:
+    """Write out what open archive writers buffer (after an interrupted run, whose sinks were not closed)."""
+    for partition in list(_OPEN):
+        partition.flush()
+
+
 class _ArchivePartition(StatelessSinkPartition[Any]):
     def __init__(self, root: Path, dataset: str, worker: int, roll_rows: int, roll_s: float) -> None:
         self._dir = root / dataset
+        self._dir.mkdir(parents=True, exist_ok=True)
+        _OPEN.add(self)
         self._dataset = dataset
         self._schema = SCHEMAS[dataset]
         self._worker = worker

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
+import signal
 import threading
 import time
 from collections import Counter
@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from dataflows.archive import flush_open_archives
 from dataflows.config import ConfigError, Settings, load_settings
 from dataflows.logimport import LogImportError, import_logs
 from dataflows.replay import ReplayError, ReplaySource, count_records
@@ -88,26 +89,18 @@ class RunReport:
         )
 
     def print_summary(self, archive: Path | None) -> None:
-        table = Table(title="Anomalies", show_lines=False)
-        for col in ("kind", "category", "layer", "job", "nodes", "ranks", "latency (s)", "actions"):
-            table.add_column(col)
-        by_anomaly = Counter(a.anomaly_id for a in self.actions)
-        recs = {
-            a.anomaly_id: ", ".join(f"{x.action} {x.target}" for x in self.actions if x.anomaly_id == a.anomaly_id)
-            for a in self.anomalies
-        }
+        table = Table(title="Anomalies")
+        table.add_column("anomaly", no_wrap=True)
+        table.add_column("layer")
+        table.add_column("job")
+        table.add_column("where")
+        table.add_column("latency", justify="right")
+        table.add_column("recommended")
         for a in sorted(self.anomalies, key=lambda a: a.detected_at):
-            latency = "" if a.onset_ts is None else f"{a.detected_at - a.onset_ts:.1f}"
-            table.add_row(
-                a.kind,
-                a.category,
-                a.layer,
-                a.job_id or "-",
-                ", ".join(a.nodes) or "-",
-                ", ".join(map(str, a.ranks)) or "-",
-                latency,
-                recs[a.anomaly_id] if by_anomaly[a.anomaly_id] else "-",
-            )
+            latency = "" if a.onset_ts is None else f"{a.detected_at - a.onset_ts:.1f}s"
+            where = ", ".join(a.nodes) + (f" rank {', '.join(map(str, a.ranks))}" if a.ranks else "")
+            recs = "; ".join(f"{x.action} {x.target}" for x in self.actions if x.anomaly_id == a.anomaly_id)
+            table.add_row(f"{a.kind}/{a.category}", a.layer, a.job_id or "-", where or "-", latency, recs or "-")
         console.print(table)
         dead = sum(self.dead.values())
         console.print(
@@ -241,8 +234,24 @@ def run(
         record_mapper=KafkaRecordMapper(settings.kafka),
         clock_partitions=inputs.clock_partitions,
     )
-    with contextlib.suppress(KeyboardInterrupt):
+
+    stopping = threading.Event()
+
+    def stop(signum: int, frame: object) -> None:  # a service manager's stop is a clean stop
+        stopping.set()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
         _run(flow, workers)
+    except KeyboardInterrupt:
+        pass
+    except Exception:
+        # The interrupt may land inside a Bytewax callback and come back wrapped.
+        if not stopping.is_set():
+            raise
+    finally:
+        flush_open_archives()
     report.print_summary(out)
 
 

@@ -127,3 +127,43 @@ def test_missing_replay_directory_is_one_clear_sentence(tmp_path: Path):
         ReplaySource(tmp_path)
     with pytest.raises(ReplayError, match="does not exist"):
         ReplaySource(tmp_path / "nope")
+
+
+def test_two_workers_find_the_same_anomalies(demo_result: RunResult):
+    from bytewax._bytewax import cli_main
+
+    from dataflows.config import Settings
+    from dataflows.flow import Outputs, build_flow
+    from dataflows.replay import ReplaySource
+
+    found: list = []
+    cli_main(build_flow(ReplaySource(DEMO_DIR), Settings(), Outputs(on_anomalies=found.extend)), workers_per_process=2)
+    assert sorted(a.anomaly_id for a in found) == sorted(a.anomaly_id for a in demo_result.anomalies)
+
+
+def test_topic_folders_and_mixed_formats_replay_in_time_order(tmp_path: Path, demo_result: RunResult):
+    """A topic may be a folder of rolled files; JSON Lines and Parquet mix freely."""
+    import shutil
+
+    demo(0).write(tmp_path)
+    rows = (tmp_path / "gpu.jsonl").read_bytes().splitlines(keepends=True)
+    folder = tmp_path / "gpu"
+    folder.mkdir()
+    half = len(rows) // 2
+    (folder / "part-000.jsonl").write_bytes(b"".join(rows[:half]))
+    (folder / "part-001.jsonl").write_bytes(b"".join(rows[half:]))
+    (tmp_path / "gpu.jsonl").unlink()
+    (tmp_path / "progress.jsonl").unlink()
+    shutil.copy(DEMO_DIR / "progress.parquet", tmp_path / "progress.parquet")
+    result = replay(tmp_path)
+    assert sorted(a.anomaly_id for a in result.anomalies) == sorted(a.anomaly_id for a in demo_result.anomalies)
+
+
+def test_audit_log_records_every_recommendation(tmp_path: Path):
+    from dataflows.config import Settings
+
+    settings = Settings(audit_log=str(tmp_path / "audit.jsonl"))
+    result = replay(DEMO_DIR, settings=settings)
+    entries = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert sorted(e["action_id"] for e in entries) == sorted(a.action_id for a in result.actions)
+    assert all(e["event"] == "recommended" and e["mode"] == "monitor" and e["recorded_at"] > 0 for e in entries)

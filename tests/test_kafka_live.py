@@ -7,8 +7,9 @@ import sys
 import time
 
 import msgspec
+import polars as pl
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from dataflows.config import KafkaSettings
 from dataflows.kafka_io import create_topics, produce_replay
@@ -38,6 +39,11 @@ def test_live_kafka_run_matches_replay(tansu: Broker, tmp_path):
     create_topics(settings)
     counts = produce_replay(DEMO_DIR, settings)
     assert sum(counts.values()) > 50_000
+    garbage = [b"{not json", b'{"ts": 1796205600, "node": 3, "line": "x"}', b"\x00\xffjunk"]
+    producer = Producer({"bootstrap.servers": tansu.address})
+    for value in garbage:
+        producer.produce("logs", value)
+    producer.flush(10)
 
     expected = replay(DEMO_DIR)
     run = subprocess.Popen(
@@ -62,3 +68,11 @@ def test_live_kafka_run_matches_replay(tansu: Broker, tmp_path):
 
     assert summary(live) == summary(expected.anomalies), output[-3000:]
     assert {a.kind for a in live} == {"crash", "hang", "straggler"}
+    actions = consume_all(tansu.address, "actions", len(expected.actions), timeout_s=10)
+    assert sorted(msgspec.json.decode(v)["action_id"] for v in actions) == sorted(a.action_id for a in expected.actions)
+    dead = consume_all(tansu.address, "dead_letter", len(garbage), timeout_s=10)
+    assert sorted(dead) == sorted(garbage)  # original bytes, reason in a header
+    assert "3 dead-lettered records" in output
+    # Stopped by SIGTERM, the service still flushed its Parquet archive.
+    archived = pl.scan_parquet(tmp_path / "out" / "anomalies" / "**" / "*.parquet").collect()
+    assert sorted(archived["anomaly_id"]) == sorted(a.anomaly_id for a in expected.anomalies)

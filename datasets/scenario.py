@@ -242,36 +242,21 @@ def demo(seed: int = 0) -> Scenario:
     sc.sched_job(steady.end, steady, "COMPLETED", 0)
     sc.sched_job(slow.end, slow, "COMPLETED", 0)
     sc.sched_job(cancel.end + 2.0, cancel, "CANCELLED")
-    sc.label(
-        fault_id="benign-checkpoint",
-        kind="benign",
-        category="checkpoint_pause",
-        layer="application",
-        onset_ts=t0 + 15 * m,
-        job_id="1001",
-        nodes=[],
-        ranks=[],
-    )
-    sc.label(
-        fault_id="benign-cancel",
-        kind="benign",
-        category="user_cancel",
-        layer="application",
-        onset_ts=cancel.end,
-        job_id="1005",
-        nodes=[],
-        ranks=[],
-    )
-    sc.label(
-        fault_id="benign-eval",
-        kind="benign",
-        category="eval_pause",
-        layer="application",
-        onset_ts=t0 + 30 * m,
-        job_id="1004",
-        nodes=[],
-        ranks=[],
-    )
+    for fault_id, category, onset, job_id in (
+        ("benign-checkpoint", "checkpoint_pause", t0 + 15 * m, steady.job_id),
+        ("benign-cancel", "user_cancel", cancel.end, cancel.job_id),
+        ("benign-eval", "eval_pause", t0 + 30 * m, slow.job_id),
+    ):
+        sc.label(
+            fault_id=fault_id,
+            kind="benign",
+            category=category,
+            layer="application",
+            onset_ts=onset,
+            job_id=job_id,
+            nodes=[],
+            ranks=[],
+        )
 
     # Crash: GPU 3 of gpu-node-04 falls off the bus; its ranks die, the others time out.
     tc = crash.stop_progress_at

@@ -57,21 +57,23 @@ class GpuHealth:
     def _fire(self, s: GpuSample, category: str, layer: str, transient: bool | None, why: str) -> list[Finding]:
         if not self._cool(s, category):
             return []
-        ts = float(s.ts)
-        return [
-            Finding(
-                kind="gpu_degraded",
-                category=category,
-                layer=layer,
-                onset_ts=ts,
-                detected_at=ts,
-                transient=transient,
-                nodes=[s.node],
-                gpus=[f"{s.node}/{s.gpu}"],
-                confidence=0.9,
-                evidence=[f"{s.node}/gpu{s.gpu}: {why}"],
-            )
-        ]
+        return [_gpu_finding(s, "gpu_degraded", category, layer, transient, why)]
+
+
+def _gpu_finding(s: GpuSample, kind: str, category: str, layer: str, transient: bool | None, why: str) -> Finding:
+    ts = float(s.ts)
+    return Finding(
+        kind=kind,
+        category=category,
+        layer=layer,
+        onset_ts=ts,
+        detected_at=ts,
+        transient=transient,
+        nodes=[s.node],
+        gpus=[f"{s.node}/{s.gpu}"],
+        confidence=0.9,
+        evidence=[f"{s.node}/gpu{s.gpu}: {why}"],
+    )
 
 
 def _increase(before: int | None, after: int | None) -> int:
@@ -86,19 +88,6 @@ def xid_findings(sample: GpuSample) -> list[Finding]:
     if sample.xid is None:
         return []
     layer, transient, name = XID_CLASSES.get(sample.xid, ("hardware", None, "unlisted Xid"))
-    ts = float(sample.ts)
-    return [
-        Finding(
-            kind="crash",
-            category=f"xid_{sample.xid}",
-            layer=layer,
-            onset_ts=ts,
-            detected_at=ts,
-            transient=transient,
-            nodes=[sample.node],
-            gpus=[f"{sample.node}/{sample.gpu}"],
-            confidence=0.9,
-            evidence=[f"{sample.node}/gpu{sample.gpu}: NVML Xid {sample.xid}: {name}"],
-            signature="nvml_xid",
-        )
-    ]
+    finding = _gpu_finding(sample, "crash", f"xid_{sample.xid}", layer, transient, f"NVML Xid {sample.xid}: {name}")
+    finding.signature = "nvml_xid"
+    return [finding]

@@ -158,8 +158,12 @@ class Scenario:
         missing: dict[tuple[str, int], float],
         slow_gpu: dict[tuple[str, int], float],
         xids: dict[tuple[str, int], tuple[float, int]],
+        hung: dict[str, tuple[float, float, int | None]] | None = None,
     ) -> None:
+        """One sample per GPU per interval. ``hung``: node -> (from, until, culprit GPU): healthy
+        GPUs of a hung job spin in NCCL kernels (util ~100 %, low power), the culprit idles."""
         rng = self.rng
+        hung = hung or {}
         counters = {
             (n, g): [rng.randint(0, 40), 0, rng.randint(0, 5), rng.randint(0, 3)]
             for n in nodes
@@ -192,7 +196,15 @@ class Scenario:
                         "throttle_reasons": 0,
                         "xid": None,
                     }
-                    if (node, g) in slow_gpu and t >= slow_gpu[(node, g)]:
+                    hang = hung.get(node)
+                    if hang is not None and hang[0] <= t < hang[1]:
+                        spinning = g != hang[2]
+                        sample.update(
+                            util_pct=rng.uniform(97, 100) if spinning else 0.0,
+                            power_w=rng.uniform(130, 160) if spinning else rng.uniform(65, 75),
+                            temp_c=rng.uniform(45, 50) if spinning else rng.uniform(35, 38),
+                        )
+                    if active and (node, g) in slow_gpu and t >= slow_gpu[(node, g)]:
                         sample.update(sm_clock_mhz=1410.0, temp_c=rng.uniform(86, 89), throttle_reasons=0x20)
                     xid = xids.get((node, g))
                     if xid is not None and xid[0] <= t < xid[0] + self.gpu_interval_s:
@@ -308,7 +320,8 @@ def demo(seed: int = 0) -> Scenario:
         gpus=[f"{bad_node}/3"],
     )
 
-    # Hang: silence, then the NCCL watchdog ten minutes later on every rank.
+    # Hang: rank 13's dataloader deadlocks. Silence; its GPU idles while the others
+    # spin in NCCL kernels; the NCCL watchdog speaks ten minutes later on every rank.
     th = hang.stop_progress_at
     assert th is not None
     for r in range(hang.ranks):
@@ -329,8 +342,9 @@ def demo(seed: int = 0) -> Scenario:
         layer="unknown",
         onset_ts=th,
         job_id=hang.job_id,
-        nodes=[],
-        ranks=[],
+        nodes=[hang.node_of(13)],
+        ranks=[13],
+        gpus=[f"{hang.node_of(13)}/5"],
     )
 
     sc.label(
@@ -352,6 +366,7 @@ def demo(seed: int = 0) -> Scenario:
         missing={(bad_node, 3): tc},
         slow_gpu={(slow.node_of(11), 3): slow.slow_from or 0},
         xids={(bad_node, 3): (tc - 5.0, 79)},
+        hung={node: (th, th + 605, 5 if node == hang.node_of(13) else None) for node in hang.nodes},
     )
     return sc
 

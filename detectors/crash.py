@@ -17,6 +17,7 @@ of later lines into an open incident is the job monitor's business.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from detectors.events import LogRecord
@@ -46,6 +47,7 @@ class Finding:
 def finding_from_line(record: LogRecord, match: SignatureMatch) -> Finding:
     sig = match.signature
     gpus = [f"{record.node}:{match.fields['pci']}"] if "pci" in match.fields else []
+    rank = record.rank if record.rank is not None else (int(match.fields["rank"]) if "rank" in match.fields else None)
     return Finding(
         kind=sig.kind,
         category=sig.category,
@@ -54,7 +56,7 @@ def finding_from_line(record: LogRecord, match: SignatureMatch) -> Finding:
         detected_at=record.ts,  # type: ignore[arg-type]
         transient=sig.transient,
         nodes=[record.node],
-        ranks=[record.rank] if record.rank is not None else [],
+        ranks=[rank] if rank is not None else [],
         gpus=gpus,
         confidence=0.5 if sig.cascade else 0.9,
         evidence=[evidence_line(record.node, record.rank, record.line)],
@@ -69,11 +71,18 @@ class CrashDetector:
     def __init__(self, cascade_hold_s: float = 10.0) -> None:
         self.cascade_hold_s = cascade_hold_s
         self._held: list[Finding] = []
+        self._storms: dict[str, deque[float]] = {}
 
     def observe(self, record: LogRecord) -> list[Finding]:
         match = match_line(record.line)
-        if match is None or match.signature.severity == "warning":
+        if match is None:
             return []
+        return self.observe_match(record, match)
+
+    def observe_match(self, record: LogRecord, match: SignatureMatch) -> list[Finding]:
+        """Like :meth:`observe`, for a line already matched against the catalogue."""
+        if match.signature.severity == "warning":
+            return self._storm(record, match)
         finding = finding_from_line(record, match)
         if finding.cascade:
             self._held.append(finding)
@@ -81,6 +90,24 @@ class CrashDetector:
         held, self._held = self._held, []
         for cascade in held:
             finding.evidence.extend(cascade.evidence[:1])
+        return [finding]
+
+    def _storm(self, record: LogRecord, match: SignatureMatch) -> list[Finding]:
+        """Warnings matter in storms: ``storm`` lines within ``storm_window_s``, reported once per window."""
+        sig = match.signature
+        ts: float = record.ts  # type: ignore[assignment]
+        times = self._storms.get(sig.id)
+        if times is None:
+            times = self._storms[sig.id] = deque()
+        times.append(ts)
+        while times and times[0] < ts - sig.storm_window_s:
+            times.popleft()
+        if sig.storm <= 0 or len(times) < sig.storm:
+            return []
+        finding = finding_from_line(record, match)
+        finding.onset_ts = times[0]
+        finding.evidence.append(f"{len(times)} such lines within {sig.storm_window_s:g}s")
+        times.clear()
         return [finding]
 
     def advance(self, watermark: float) -> list[Finding]:
@@ -97,3 +124,4 @@ class CrashDetector:
 
     def reset(self) -> None:
         self._held.clear()
+        self._storms.clear()

@@ -1,8 +1,8 @@
-"""Per-node GPU health rules on NVML samples: Xid events, ECC, row remaps.
+"""GPU health rules on NVML samples: Xid events, ECC, row remaps, link error bursts, throttling, lost GPUs.
 
 Counters are cumulative, so the rules look at increments between samples of the
-same GPU, and a counter that goes *down* (driver reload) is a reset, not an
-error.
+same GPU within a window, and a counter that goes *down* (driver reload) is a
+reset, not an error. Each (GPU, category) fires at most once per cooldown.
 
 >>> from detectors.events import GpuSample
 >>> health = GpuHealth()
@@ -16,48 +16,126 @@ error.
 
 from __future__ import annotations
 
+from collections import deque
+
+import msgspec
+
 from detectors.crash import Finding
 from detectors.events import GpuSample
+from detectors.gpu_peers import throttle_mask
 from detectors.signatures import XID_CLASSES
 
 
-class GpuHealth:
-    """Counter and event rules; each (GPU, category) fires at most once per ``cooldown_s``."""
+class GpuHealthSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    cooldown_s: float = 3600.0
+    burst_window_s: float = 600.0
+    # Corrected errors are normal in small numbers; a burst means a part is going.
+    sbe_burst: int = 100
+    pcie_replay_burst: int = 100
+    nvlink_crc_burst: int = 100
+    throttle_samples: int = 3  # consecutive samples slowed by heat or power brake
+    missing_after_s: float = 60.0  # a GPU silent this long while its node reports is lost
 
-    def __init__(self, cooldown_s: float = 3600.0) -> None:
-        self.cooldown_s = cooldown_s
-        self._last: dict[int, GpuSample] = {}
-        self._fired: dict[tuple[int, str], float] = {}
+
+_BURSTS = (
+    ("ecc_sbe_total", "ecc_sbe_burst", "sbe_burst", "corrected ECC errors"),
+    ("pcie_replay_total", "pcie_replay_burst", "pcie_replay_burst", "PCIe replays"),
+    ("nvlink_crc_total", "nvlink_crc_burst", "nvlink_crc_burst", "NVLink CRC errors"),
+)
+_THROTTLES = (
+    (0x80, "power_brake", "HW power brake"),
+    (0x60, "thermal_throttle", "thermal slowdown"),
+    (0x8, "hw_slowdown", "HW slowdown"),
+)
+
+
+class GpuHealth:
+    """Counter, event and throttle rules over the samples of any number of GPUs."""
+
+    def __init__(self, settings: GpuHealthSettings | None = None) -> None:
+        self.settings = settings or GpuHealthSettings()
+        self._last: dict[tuple[str, int], GpuSample] = {}
+        self._counters: dict[tuple[str, int, str], deque[tuple[float, int]]] = {}
+        self._throttled: dict[tuple[str, int], int] = {}
+        self._fired: dict[tuple[str, int, str], float] = {}
 
     def observe(self, sample: GpuSample) -> list[Finding]:
-        prev = self._last.get(sample.gpu)
-        self._last[sample.gpu] = sample
+        s = self.settings
+        key = (sample.node, sample.gpu)
+        prev = self._last.get(key)
+        self._last[key] = sample
         found: list[Finding] = []
         if sample.xid is not None:
             found += [f for f in xid_findings(sample) if self._cool(sample, f.category)]
         if prev is not None:
             dbe = _increase(prev.ecc_dbe_total, sample.ecc_dbe_total)
             if dbe:
-                found += self._fire(sample, "ecc_dbe", "hardware", False, f"ECC double-bit errors +{dbe}")
+                found += self._fire(sample, "ecc_dbe", False, f"ECC double-bit errors +{dbe}")
         if sample.remapped_rows_pending:
             found += self._fire(
-                sample, "row_remap_pending", "hardware", False, f"{sample.remapped_rows_pending} row remap(s) pending"
+                sample, "row_remap_pending", False, f"{sample.remapped_rows_pending} row remap(s) pending"
             )
+        for field, category, limit_name, what in _BURSTS:
+            rise = self._window_rise(sample, field)
+            limit: int = getattr(s, limit_name)
+            if rise >= limit:
+                found += self._fire(sample, category, None, f"{what} +{rise} in {s.burst_window_s:g}s (limit {limit})")
+        mask = throttle_mask(sample.throttle_reasons)
+        slowed = self._throttled[key] = self._throttled.get(key, 0) + 1 if mask & 0xE8 else 0
+        if slowed >= s.throttle_samples:
+            for bits, category, what in _THROTTLES:
+                if mask & bits:
+                    idle = " while idle" if (sample.util_pct or 0) < 5 else ""
+                    found += self._fire(sample, category, None, f"{what} for {slowed} samples{idle}")
+                    break
         return found
+
+    def lost(self, missing: list[tuple[str, int, float | None]], now: float) -> list[Finding]:
+        """Findings for GPUs that stopped reporting: ``(node, gpu, last seen or None)`` (see :class:`GpuPeers`)."""
+        found = []
+        for node, gpu, last_seen in missing:
+            ghost = GpuSample(ts=now, node=node, gpu=gpu)
+            if not self._cool(ghost, "gpu_lost"):
+                continue
+            if last_seen is None:
+                why = "never reported while higher-numbered GPUs of the node do"
+            else:
+                why = "stopped reporting while the node's other GPUs still do (fallen off the bus?)"
+            f = _gpu_finding(ghost, "crash", "gpu_lost", "hardware", False, why)
+            f.onset_ts = last_seen if last_seen is not None else now
+            found.append(f)
+        return found
+
+    def _window_rise(self, sample: GpuSample, field: str) -> int:
+        value = getattr(sample, field)
+        if value is None:
+            return 0
+        key = (sample.node, sample.gpu, field)
+        history = self._counters.get(key)
+        if history is None:
+            history = self._counters[key] = deque()
+        ts = float(sample.ts)
+        if history and value < history[-1][1]:
+            history.clear()  # counter reset (driver reload): start over
+        history.append((ts, value))
+        while history and history[0][0] < ts - self.settings.burst_window_s:
+            history.popleft()
+        return history[-1][1] - history[0][1]
 
     def _cool(self, s: GpuSample, category: str) -> bool:
         """True (and starts the cooldown) unless this GPU fired ``category`` recently."""
         ts = float(s.ts)
-        last = self._fired.get((s.gpu, category))
-        if last is not None and ts - last < self.cooldown_s:
+        key = (s.node, s.gpu, category)
+        last = self._fired.get(key)
+        if last is not None and ts - last < self.settings.cooldown_s:
             return False
-        self._fired[(s.gpu, category)] = ts
+        self._fired[key] = ts
         return True
 
-    def _fire(self, s: GpuSample, category: str, layer: str, transient: bool | None, why: str) -> list[Finding]:
+    def _fire(self, s: GpuSample, category: str, transient: bool | None, why: str) -> list[Finding]:
         if not self._cool(s, category):
             return []
-        return [_gpu_finding(s, "gpu_degraded", category, layer, transient, why)]
+        return [_gpu_finding(s, "gpu_degraded", category, "hardware", transient, why)]
 
 
 def _gpu_finding(s: GpuSample, kind: str, category: str, layer: str, transient: bool | None, why: str) -> Finding:

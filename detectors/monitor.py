@@ -1,9 +1,10 @@
 """Per-key monitors: everything one job (or one idle node) needs, in one object.
 
 A monitor is the state behind one key of the dataflow. It feeds events to its
-detectors, turns their findings into anomalies (grouping one incident's many
-lines into one anomaly), and says when it may be forgotten. Monitors are plain
-picklable objects, so Bytewax can snapshot them for recovery.
+detectors, localises their findings (per-rank scores, GPU peer comparison),
+turns them into anomalies — grouping one incident's many lines into one
+anomaly — and says when it may be forgotten. Monitors are plain picklable
+objects, so Bytewax can snapshot them for recovery.
 
 >>> from detectors.events import LogRecord, Tick
 >>> mon = JobMonitor("7")
@@ -21,21 +22,16 @@ from dataclasses import dataclass
 
 from detectors.attribution import attribute_layer
 from detectors.crash import CrashDetector, Finding
-from detectors.events import (
-    Anomaly,
-    Event,
-    GpuSample,
-    JobEvent,
-    LogRecord,
-    NodeEvent,
-    ProgressRecord,
-)
-from detectors.gpu_health import GpuHealth, xid_findings
+from detectors.events import Anomaly, Event, GpuSample, JobEvent, LogRecord, NodeEvent, ProgressRecord
+from detectors.gpu_health import GpuHealth
+from detectors.gpu_peers import GpuPeers
 from detectors.hang import HangDetector
-from detectors.ids import anomaly_id
+from detectors.ids import anomaly_id, evidence_line
 from detectors.phases import phase_marker
-from detectors.progress_parsers import parse_progress
+from detectors.progress_parsers import parse_nvrx_score, parse_progress
+from detectors.rank_scores import RankScorer
 from detectors.settings import DetectorSettings
+from detectors.signatures import match_line
 from detectors.straggler import StragglerDetector
 
 RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING"})
@@ -47,6 +43,8 @@ FAILED_STATES: dict[str, tuple[str, str]] = {
     "OUT_OF_MEMORY": ("host_oom", "application"),
     "BOOT_FAIL": ("node_fail", "hardware"),
 }
+INCIDENT_KINDS = frozenset({"crash", "hang"})
+SLOWDOWN_CATEGORIES = frozenset({"thermal_throttle", "power_brake", "hw_slowdown"})
 
 
 def to_anomaly(scope: str, job_id: str | None, f: Finding) -> Anomaly:
@@ -76,47 +74,58 @@ class _Incident:
 
 
 class JobMonitor:
-    """Crash, hang and straggler detection for one job."""
+    """Crash, hang, straggler, numerics and GPU-health detection for one job."""
 
     def __init__(self, job_id: str, settings: DetectorSettings | None = None) -> None:
         s = settings or DetectorSettings()
+        st = s.straggler
         self.job_id = job_id
         self.scope = f"job/{job_id}"
         self.settings = s
         self.nodes: list[str] = []
         self.crash = CrashDetector(s.crash.cascade_hold_s)
         self.hang = HangDetector(**_fields(s.hang))
-        self.straggler = StragglerDetector(**_fields(s.straggler))
+        self.straggler = StragglerDetector(st.ratio, st.consecutive, st.baseline_steps, st.warmup_steps)
+        self.ranks = RankScorer(st.rank_threshold, st.rank_window, st.rank_consecutive)
+        self.gpus = GpuPeers(z_threshold=st.peer_z)
+        self.health = GpuHealth(s.gpu)
         self._incident: _Incident | None = None
+        self._quiet_until: dict[str, float] = {}  # kind/category -> end of its dedupe window
         self._max_step = -1
         self._last_step_ts: float | None = None
         self._phase_since_step = False
+        self._nvrx_section = "relative"
         self.ended_at: float | None = None
 
     # -- events -------------------------------------------------------------------
     def observe(self, event: Event) -> list[Anomaly]:
         if isinstance(event, ProgressRecord):
-            return self._progress(
-                event.ts,
-                event.step,
-                event.rank,
-                event.node,  # type: ignore[arg-type]
-                event.step_time_s,
-                event.compute_time_s,
-            )
+            per_rank = event.compute_time_s if event.compute_time_s is not None else event.step_time_s
+            return self._progress(event.ts, event.step, event.rank, event.node, event.step_time_s, per_rank)  # type: ignore[arg-type]
         if isinstance(event, LogRecord):
             return self._log(event)
+        if isinstance(event, GpuSample):
+            return self._gpu(event)
         if isinstance(event, JobEvent):
             return self._job_state(event)
-        if isinstance(event, GpuSample) and event.xid is not None:
-            return self._emit(xid_findings(event))
         return []
 
     def _log(self, rec: LogRecord) -> list[Anomaly]:
         ts: float = rec.ts  # type: ignore[assignment]
         parsed = parse_progress(rec.line)
         if parsed is not None:
-            return self._progress(ts, parsed.step, rec.rank, rec.node, parsed.step_time_s, None)
+            found = self._progress(ts, parsed.step, rec.rank, rec.node, parsed.step_time_s, None)
+            if parsed.nonfinite:
+                match = match_line(rec.line)
+                if match is not None:
+                    found += self._emit(self.crash.observe_match(rec, match))
+            return found
+        score = parse_nvrx_score(rec.line)
+        if score is not None:
+            return self._nvrx(ts, score.rank, score.node, score.score, rec)
+        if "performance:" in rec.line and "NVRx" in rec.line:
+            self._nvrx_section = "individual" if "individual" in rec.line else "relative"
+            return []
         marker = phase_marker(rec.line)
         if marker is not None:
             self.hang.observe_phase(ts, starts=marker[1])
@@ -125,15 +134,18 @@ class JobMonitor:
         return self._emit(self.crash.observe(rec))
 
     def _progress(
-        self, ts: float, step: int, rank: int | None, node: str, step_time: float | None, compute: float | None
+        self, ts: float, step: int | None, rank: int | None, node: str, step_time: float | None, per_rank: float | None
     ) -> list[Anomaly]:
         if self.ended_at is not None:
             return []
+        if step is None:  # progress without a step number: count it ourselves
+            step = self._max_step + 1
         self.hang.observe_progress(ts, step, rank, node)
-        if compute is not None and rank is not None:
-            self.straggler.observe_compute(rank, node, compute)
+        if per_rank is not None and rank is not None:
+            self.ranks.observe(rank, node, per_rank)
         if step < self._max_step:  # restarted from a checkpoint
             self.straggler.restart()
+            self.ranks.reset()
             self._max_step, self._last_step_ts = step, ts
             return []
         if step == self._max_step:
@@ -144,10 +156,37 @@ class JobMonitor:
         if step_time is not None and not self._phase_since_step:
             finding = self.straggler.observe_step(ts, step_time)
             if finding is not None:
-                found.append(finding)
+                found.append(self._localise_straggler(finding))
+        rank_finding = self.ranks.evaluate(ts)
+        if rank_finding is not None:
+            found.append(rank_finding)
         self._max_step, self._last_step_ts = step, ts
         self._phase_since_step = False
         return self._emit(found)
+
+    def _nvrx(self, ts: float, rank: int, node: str, score: float, rec: LogRecord) -> list[Anomaly]:
+        """A rank's score from NVRx's own straggler report."""
+        if score >= self.settings.straggler.rank_threshold:
+            return []
+        finding = Finding(
+            "straggler",
+            "slow_rank",
+            "unknown",
+            ts,
+            ts,
+            nodes=[node],
+            ranks=[rank],
+            confidence=0.8,
+            evidence=[
+                f"NVRx {self._nvrx_section} score {score:.2f} for rank {rank} on {node}",
+                evidence_line(rec.node, rec.rank, rec.line),
+            ],
+        )
+        return self._emit([finding])
+
+    def _gpu(self, sample: GpuSample) -> list[Anomaly]:
+        self.gpus.observe(sample)
+        return self._emit(self.health.observe(sample))
 
     def _job_state(self, ev: JobEvent) -> list[Anomaly]:
         ts: float = ev.ts  # type: ignore[assignment]
@@ -169,25 +208,59 @@ class JobMonitor:
                 f"scheduler: job {self.job_id} {state}"
                 + (f" exit code {ev.exit_code}" if ev.exit_code is not None else "")
             ]
-            return self._emit([Finding("crash", category, layer, ts, ts, nodes=[], confidence=0.6, evidence=evidence)])
+            return self._emit([Finding("crash", category, layer, ts, ts, confidence=0.6, evidence=evidence)])
         return []
 
     def _start(self, ts: float) -> None:
         self.ended_at = None
         self.hang.restart(ts)
         self.straggler.restart()
+        self.ranks.reset()
         self.crash.reset()
         self._incident = None
+        self._quiet_until.clear()
         self._max_step, self._last_step_ts = -1, None
+
+    # -- localisation -------------------------------------------------------------------
+    def _localise_straggler(self, f: Finding) -> Finding:
+        slowest = self.ranks.slowest()
+        if slowest is not None and slowest[2] < self.settings.straggler.localise_below:
+            rank, node, score = slowest
+            f.category, f.ranks, f.nodes, f.confidence = "slow_rank", [rank], [node], 0.85
+            f.evidence.append(f"rank {rank} on {node} is slowest (relative score {score:.2f})")
+            return f
+        odd = self.gpus.odd_one_out()
+        if odd:
+            f.category, f.confidence = "slow_gpu", 0.75
+            f.nodes = sorted({node for node, _ in odd})
+            f.gpus = [f"{node}/{gpu}" for node, gpu in odd]
+            f.evidence.append(f"odd one out among the job's GPUs (clock, heat, power, throttling): {', '.join(f.gpus)}")
+        return f
+
+    def _localise_hang(self, f: Finding) -> None:
+        if f.nodes:
+            return
+        gone = [(node, gpu) for node, gpu, _ in self.gpus.missing(f.detected_at, self.settings.gpu.missing_after_s)]
+        idle = self.gpus.idle_while_peers_spin()
+        suspects = gone or idle
+        if suspects:
+            f.nodes = sorted({node for node, _ in suspects})
+            f.gpus = [f"{node}/{gpu}" for node, gpu in suspects]
+            f.confidence = 0.75
+            why = "stopped reporting" if gone else "idle while peers spin in NCCL kernels"
+            f.evidence.append(f"GPU {', '.join(f.gpus)} {why}")
+        elif self.nodes:
+            f.evidence.append(f"job nodes: {', '.join(self.nodes[:16])}")
 
     # -- clock ------------------------------------------------------------------------
     def advance(self, watermark: float) -> list[Anomaly]:
         found = self.crash.advance(watermark)
         hang = self.hang.advance(watermark)
         if hang is not None:
-            if not hang.nodes and self.nodes:
-                hang.evidence.append(f"job nodes: {', '.join(self.nodes[:16])}")
+            self._localise_hang(hang)
             found.append(hang)
+        if self.ended_at is None:
+            found += self.health.lost(self.gpus.missing(watermark, self.settings.gpu.missing_after_s), watermark)
         return self._emit(found)
 
     def finished(self, watermark: float) -> bool:
@@ -197,28 +270,40 @@ class JobMonitor:
     def _emit(self, findings: list[Finding]) -> list[Anomaly]:
         out: list[Anomaly] = []
         for f in findings:
-            if f.kind in ("crash", "hang"):
+            if f.kind in INCIDENT_KINDS:
                 inc = self._incident
-                window = self.settings.crash.group_window_s
-                if inc is not None and f.onset_ts <= inc.last_ts + window:
+                if inc is not None and f.onset_ts <= inc.last_ts + self.settings.crash.group_window_s:
                     inc.last_ts = max(inc.last_ts, f.detected_at)
                     inc.absorbed += 1
                     continue
+            else:
+                # One straggler / numerics / degradation report per episode, not per step;
+                # a GPU throttling under a reported straggler is that straggler's cause.
+                if f.category in SLOWDOWN_CATEGORIES and f.detected_at < self._quiet_until.get("straggler", -1.0):
+                    continue
+                topic = f.kind if f.kind == "straggler" else f"{f.kind}/{f.category}/{','.join(f.gpus)}"
+                if f.detected_at < self._quiet_until.get(topic, float("-inf")):
+                    continue
+                s = self.settings
+                window = s.straggler.cooldown_s if f.kind == "straggler" else s.crash.group_window_s
+                self._quiet_until[topic] = f.detected_at + window
             anomaly = to_anomaly(self.scope, self.job_id, f)
-            if f.kind in ("crash", "hang"):
+            if f.kind in INCIDENT_KINDS:
                 self._incident = _Incident(anomaly.anomaly_id, f.detected_at)
             out.append(anomaly)
         return out
 
 
 class NodeMonitor:
-    """GPU health and kernel errors of one node, with or without a job on it."""
+    """GPU health and kernel errors of one node while no job runs on it."""
 
     def __init__(self, node: str, settings: DetectorSettings | None = None) -> None:
         s = settings or DetectorSettings()
         self.node = node
         self.scope = f"node/{node}"
-        self.health = GpuHealth(s.gpu_cooldown_s)
+        self.settings = s
+        self.health = GpuHealth(s.gpu)
+        self.gpus = GpuPeers(history=1)
         self.crash = CrashDetector(s.crash.cascade_hold_s)
         self.last_ts: float | None = None
         self.idle_evict_s = 3600.0
@@ -226,6 +311,9 @@ class NodeMonitor:
     def observe(self, event: Event) -> list[Anomaly]:
         self.last_ts = event.ts  # type: ignore[assignment]
         if isinstance(event, GpuSample):
+            if self.gpus.last_ts and event.ts - self.gpus.last_ts > 2 * self.settings.gpu.missing_after_s:  # type: ignore[operator]
+                self.gpus = GpuPeers(history=1)  # the node was away (running a job): old sightings are stale
+            self.gpus.observe(event)
             return [self._anomaly(f, event.job_id) for f in self.health.observe(event)]
         if isinstance(event, LogRecord):
             return [self._anomaly(f, event.job_id) for f in self.crash.observe(event)]
@@ -244,7 +332,9 @@ class NodeMonitor:
         return []
 
     def advance(self, watermark: float) -> list[Anomaly]:
-        return [self._anomaly(f, None) for f in self.crash.advance(watermark)]
+        found = self.crash.advance(watermark)
+        found += self.health.lost(self.gpus.missing(watermark, self.settings.gpu.missing_after_s), watermark)
+        return [self._anomaly(f, None) for f in found]
 
     def finished(self, watermark: float) -> bool:
         return self.last_ts is not None and watermark > self.last_ts + self.idle_evict_s

@@ -1,13 +1,21 @@
 """Turn training-framework log lines into progress observations.
 
 Only rank 0 (or the last rank) usually prints iteration lines, so these parsed
-observations are job-level: they say the job as a whole made a step.
+observations are job-level: they say the job as a whole made a step. Formats:
+Megatron-LM / Megatron-DeepSpeed, torchtitan, DeepSpeed (engine and timer lines),
+tqdm bars as printed by HF Trainer, PyTorch Lightning and NeMo, HF Trainer's
+metric dicts, MMCV/MMDetection and BasicSR loggers, and JSON metric lines.
+``step`` is ``None`` when a line proves progress but carries no step number
+(HF Trainer's ``{'loss': ...}`` dicts); the monitor counts those itself.
+``nonfinite`` flags a NaN/Inf loss or gradient norm in the line.
 
 >>> parse_progress("iteration      120/  500000 | consumed samples: 7680 | "
 ...                "elapsed time per iteration (ms): 4247.9 | learning rate: 1.0E-04 |")
-ParsedProgress(step=120, step_time_s=4.2479, tokens_per_s=None, samples_per_s=None)
->>> parse_progress("step: 40  loss:  7.1234  memory: 30.1GiB(40.2%)  tps: 5,320  mfu: 30.2%")
-ParsedProgress(step=40, step_time_s=None, tokens_per_s=5320.0, samples_per_s=None)
+ParsedProgress(step=120, step_time_s=4.2479, tokens_per_s=None, samples_per_s=None, nonfinite=False)
+>>> parse_progress("step: 40  loss:  7.1234  memory: 30.1GiB(40.2%)  tps: 5,320  mfu: 30.2%").tokens_per_s
+5320.0
+>>> round(parse_progress(" 12%|█▏        | 60/500 [00:43<05:16,  1.39it/s]").step_time_s, 3)
+0.719
 >>> parse_progress("Saving checkpoint") is None
 True
 """
@@ -21,21 +29,45 @@ import msgspec
 
 
 class ParsedProgress(NamedTuple):
-    step: int
+    step: int | None
     step_time_s: float | None = None
     tokens_per_s: float | None = None
     samples_per_s: float | None = None
+    nonfinite: bool = False
+
+
+class RankScore(NamedTuple):
+    """One line of an NVRx straggler report: a rank's performance score (1.0 = fastest)."""
+
+    rank: int
+    node: str
+    score: float
 
 
 _NUM = r"[-+]?\d[\d,]*\.?\d*(?:[eE][-+]?\d+)?"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 _MEGATRON = re.compile(
     r"iteration\s+(?P<step>\d+)\s*/\s*\d+\s*\|.*?elapsed time per iteration \((?P<unit>ms|s)\):\s*"
     rf"(?P<elapsed>{_NUM})"
 )
 _MEGATRON_SPS = re.compile(rf"samples per second:\s*(?P<sps>{_NUM})")
+_NONFINITE = re.compile(r"(?i)(?:loss|grad[ _]norm)['\"]?\s*[:=]\s*['\"]?[-+]?(?:nan|inf)\b")
 _TORCHTITAN = re.compile(rf"\bstep:\s*(?P<step>\d+)\b.*?\btps:\s*(?P<tps>{_NUM})")
-_DEEPSPEED = re.compile(rf"\bsteps?[:=]\s*(?P<step>\d+)\b.*?samples/sec[=:]\s*(?P<sps>{_NUM})")
+_DS_TIMER = re.compile(
+    rf"(?:global_step=(?P<gstep>\d+).*?CurrSamplesPerSec=(?P<cur>{_NUM}))|"
+    rf"(?:\]\s*\d+/(?P<step>\d+),\s*SamplesPerSec=(?P<sps>{_NUM}))"
+)
+_DS_STEPS = re.compile(rf"\bsteps?[:=]\s*(?P<step>\d+)\b.*?samples/sec[=:]\s*(?P<sps>{_NUM})")
+_TQDM = re.compile(
+    rf"\|\s*(?P<step>\d+)/(?P<total>\d+|\?)\s*\[[\d:]+<[\d:?]+,\s*(?P<rate>{_NUM})(?P<unit>it/s|s/it)"
+    r"(?P<postfix>[^\]]*)\]"
+)
+_GLOBAL_STEP = re.compile(rf"global_step[=:]\s*(?P<gs>{_NUM})")
+_MMCV = re.compile(r"Epoch \[(?P<epoch>\d+)\]\[(?P<it>\d+)/(?P<total>\d+)\].*?\btime: (?P<time>[\d.]+)")
+_BASICSR = re.compile(r"<epoch:\s*\d+, iter:\s*(?P<it>[\d,]+),")
+_HF_DICT = re.compile(r"\{'(?:loss|train_loss|eval_loss)': ")
+_NVRX = re.compile(r"Rank=(?P<rank>\d+)\s+Node=(?P<node>\S+)\s+Score=(?P<score>[\d.]+)")
 
 
 class _JsonMetrics(msgspec.Struct):
@@ -56,7 +88,16 @@ def _num(text: str) -> float:
 
 def parse_progress(line: str) -> ParsedProgress | None:
     """A progress observation from one log line, or ``None`` when it holds none."""
-    if "iteration" in line and "elapsed time per iteration" in line:
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    parsed = _parse(line)
+    if parsed is not None and ("nan" in line or "inf" in line or "NaN" in line) and _NONFINITE.search(line):
+        return parsed._replace(nonfinite=True)
+    return parsed
+
+
+def _parse(line: str) -> ParsedProgress | None:
+    if "elapsed time per iteration" in line:
         m = _MEGATRON.search(line)
         if m:
             elapsed = _num(m["elapsed"])
@@ -70,10 +111,35 @@ def parse_progress(line: str) -> ParsedProgress | None:
         m = _TORCHTITAN.search(line)
         if m:
             return ParsedProgress(step=int(m["step"]), tokens_per_s=_num(m["tps"]))
+    if "SamplesPerSec" in line:
+        m = _DS_TIMER.search(line)
+        if m:
+            if m["gstep"]:
+                return ParsedProgress(step=int(m["gstep"]), samples_per_s=_num(m["cur"]))
+            return ParsedProgress(step=int(m["step"]), samples_per_s=_num(m["sps"]))
     if "samples/sec" in line:
-        m = _DEEPSPEED.search(line)
+        m = _DS_STEPS.search(line)
         if m:
             return ParsedProgress(step=int(m["step"]), samples_per_s=_num(m["sps"]))
+    if "it/s" in line or "s/it" in line:
+        m = _TQDM.search(line)
+        if m:
+            rate = _num(m["rate"])
+            step_time = (1.0 / rate if rate > 0 else None) if m["unit"] == "it/s" else rate
+            gs = _GLOBAL_STEP.search(m["postfix"])
+            step = int(_num(gs["gs"])) if gs else int(m["step"])
+            return ParsedProgress(step=step, step_time_s=step_time)
+    if "Epoch [" in line:
+        m = _MMCV.search(line)
+        if m:
+            step = (int(m["epoch"]) - 1) * int(m["total"]) + int(m["it"])
+            return ParsedProgress(step=step, step_time_s=float(m["time"]))
+    if "<epoch:" in line:
+        m = _BASICSR.search(line)
+        if m:
+            return ParsedProgress(step=int(m["it"].replace(",", "")))
+    if "{'" in line and _HF_DICT.search(line):
+        return ParsedProgress(step=None)
     brace = line.find("{")
     if brace != -1 and line.rstrip().endswith("}") and '"' in line:
         try:
@@ -84,3 +150,15 @@ def parse_progress(line: str) -> ParsedProgress | None:
         if step is not None:
             return ParsedProgress(step, metrics.step_time_s, metrics.tokens_per_s, metrics.samples_per_s)
     return None
+
+
+def parse_nvrx_score(line: str) -> RankScore | None:
+    """A rank's score from an NVRx straggler report line (``Rank=3 Node=host Score=0.62``).
+
+    >>> parse_nvrx_score("  Rank=1 Node=22ca9bdcfc9a Score=0.62")
+    RankScore(rank=1, node='22ca9bdcfc9a', score=0.62)
+    """
+    if "Score=" not in line:
+        return None
+    m = _NVRX.search(line)
+    return RankScore(int(m["rank"]), m["node"], float(m["score"])) if m else None

@@ -15,8 +15,8 @@ before an event that preceded it.
 >>> [(k, type(v).__name__) for k, v in router.route(
 ...     "scheduler/0", JobEvent(ts=100.0, job_id="7", state="RUNNING", nodes=["n1"]))]
 [('job/7', 'JobEvent'), ('job/7', 'Tick')]
->>> [(k, type(v).__name__) for k, v in router.route("scheduler/0", GpuSample(ts=106.0, node="n1", gpu=0))]
-[('job/7', 'Tick'), ('node/n1', 'GpuSample')]
+>>> [(k, type(v).__name__) for k, v in router.route("scheduler/0", GpuSample(ts=106.0, node="n9", gpu=0))]
+[('job/7', 'Tick'), ('node/n9', 'GpuSample')]
 
 The 105 s tick comes before the 106 s sample it does not cover. Node keys get
 every ``node_tick_every``-th tick only: they have no short deadlines.
@@ -64,7 +64,6 @@ class Router:
         self.job_nodes: dict[str, list[str]] = {}
         self.active: dict[str, float] = {}  # key -> last event ts
         self.ended: dict[str, float] = {}  # job key -> end ts
-        self._ticks_sent = 0
         # Reorder buffer: events wait here until the watermark passes them, so
         # every run processes them in the same (timestamp, topic, offset) order.
         self._buffer: list[tuple[float, tuple[int, int, int], int, Event]] = []
@@ -140,8 +139,10 @@ class Router:
             return f"job/{job}"
         if isinstance(event, GpuSample | NodeEvent):
             event.job_id = job = self.node_job.get(event.node)
-            if job is not None and isinstance(event, GpuSample) and event.xid is not None:
-                return f"job/{job}"  # an Xid under a job is part of that job's incident
+            if job is not None and isinstance(event, GpuSample):
+                # The job compares its GPUs with each other, and a GPU fault under a
+                # job is part of that job's incident.
+                return f"job/{job}"
             return f"node/{event.node}"
         if isinstance(event, LogRecord) and event.job_id is None:
             job = self.node_job.get(event.node)
@@ -195,8 +196,8 @@ class Router:
         s = self.settings
         out: list[tuple[str, Any]] = []
         for point in points:
-            self._ticks_sent += 1
-            tick_nodes = self._ticks_sent % s.node_tick_every == 1 or s.node_tick_every == 1
+            # On the absolute grid, so every run ticks nodes at the same instants.
+            tick_nodes = round(point / s.tick_s) % s.node_tick_every == 0
             tick = Tick(point)
             for key in self.active:
                 if tick_nodes or key.startswith("job/"):

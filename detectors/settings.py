@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
+from detectors.gpu_health import GpuHealthSettings
+
 
 class HangSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     floor_s: float = 55.0
@@ -14,11 +16,20 @@ class HangSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 class StragglerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    # Job level: sustained step-time rise against the job's own rolling median.
     ratio: float = 1.25
     consecutive: int = 5
     baseline_steps: int = 30
     warmup_steps: int = 5
-    rank_ratio: float = 1.15
+    # Rank level (NVRx-style scores on per-rank compute or step times).
+    rank_threshold: float = 0.75
+    rank_window: int = 5
+    rank_consecutive: int = 5
+    # A job-level slowdown is pinned on a rank whose relative score is below this.
+    localise_below: float = 0.9
+    # GPU peer comparison: robust z-score that makes a GPU the odd one out.
+    peer_z: float = 4.0
+    cooldown_s: float = 900.0
 
 
 class CrashSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -32,6 +43,6 @@ class DetectorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     hang: HangSettings = msgspec.field(default_factory=HangSettings)
     straggler: StragglerSettings = msgspec.field(default_factory=StragglerSettings)
     crash: CrashSettings = msgspec.field(default_factory=CrashSettings)
-    gpu_cooldown_s: float = 3600.0
+    gpu: GpuHealthSettings = msgspec.field(default_factory=GpuHealthSettings)
     # How long a finished job's state is kept for stragglers of its telemetry.
     linger_s: float = 600.0

@@ -75,9 +75,9 @@ def test_router_joins_node_events_to_the_job_running_there():
     idle = router.route("p", LogRecord(ts=12.0, node="n9", source="kernel", line="NVRM: Xid"))
     assert idle[0][0] == "node/n9"
     sample = router.route("p", GpuSample(ts=13.0, node="n1", gpu=0))
-    assert sample[0][0] == "node/n1" and sample[0][1].job_id == "42"
-    xid = router.route("p", GpuSample(ts=14.0, node="n1", gpu=0, xid=79))
-    assert xid[0][0] == "job/42"
+    assert sample[0][0] == "job/42" and sample[0][1].job_id == "42"  # the job compares its GPUs
+    idle_sample = router.route("p", GpuSample(ts=14.0, node="n9", gpu=0))
+    assert idle_sample[0][0] == "node/n9" and idle_sample[0][1].job_id is None
     router.route("p", JobEvent(ts=20.0, job_id="42", state="COMPLETED", nodes=["n1", "n2"]))
     after = router.route("p", GpuSample(ts=21.0, node="n1", gpu=0))
     assert after[0][0] == "node/n1" and after[0][1].job_id is None

@@ -7,7 +7,6 @@ from detectors.hang import HangDetector
 from detectors.monitor import JobMonitor, NodeMonitor
 from detectors.progress_parsers import parse_progress
 from detectors.signatures import match_line
-from detectors.straggler import StragglerDetector
 
 TIMEOUT = (
     "[rank{r}]:[E1201 10:21:00.1 ProcessGroupNCCL.cpp:607] [Rank {r}] Watchdog caught collective operation "
@@ -104,21 +103,27 @@ def test_warm_up_gets_the_startup_grace_and_user_cancel_disarms():
 
 
 def test_straggler_needs_a_sustained_rise_and_names_the_slow_rank():
-    det = StragglerDetector(consecutive=5, baseline_steps=20)
-    ts = 0.0
-    for i in range(60):
-        slow = 30 <= i < 33  # a 3-step blip is not a straggler
+    mon = JobMonitor("7")
+    ts, found = 0.0, []
+    for step in range(1, 81):
+        slow = 30 <= step < 33 or step >= 60  # a 3-step blip is not a straggler; from step 60 rank 5 is slow
+        step_time = 1.6 if slow else 1.0
+        ts += step_time
         for rank in range(8):
-            det.observe_compute(rank, f"n{rank // 4}", 0.7 * (1.6 if rank == 5 and slow else 1.0))
-        ts += 1.0
-        assert det.observe_step(ts, 1.5 if slow else 1.0) is None
-    found = None
-    for _i in range(10):
-        for rank in range(8):
-            det.observe_compute(rank, f"n{rank // 4}", 0.7 * (1.6 if rank == 5 else 1.0))
-        ts += 1.6
-        found = found or det.observe_step(ts, 1.6)
-    assert found is not None and found.ranks == [5] and found.nodes == ["n1"] and found.category == "slow_rank"
+            compute = 0.7 * (1.6 if rank == 5 and slow else 1.0)
+            found += mon.observe(
+                ProgressRecord(
+                    ts=ts + rank * 0.001,
+                    job_id="7",
+                    node=f"n{rank // 4}",
+                    rank=rank,
+                    step=step,
+                    step_time_s=step_time,
+                    compute_time_s=compute,
+                )
+            )
+    assert [(a.kind, a.category, a.ranks, a.nodes) for a in found] == [("straggler", "slow_rank", [5], ["n1"])]
+    assert found[0].onset_ts >= 60.0 * 1.0
 
 
 def test_gpu_health_uses_counter_deltas_and_survives_resets():

@@ -14,8 +14,16 @@ from tests.conftest import DEMO_DIR, RunResult, replay
 
 
 def test_demo_finds_the_three_faults_and_localises_them(demo_result: RunResult):
-    kinds = sorted((a.kind, a.category, a.job_id) for a in demo_result.anomalies)
-    assert kinds == [("crash", "xid_79", "1002"), ("hang", "no_progress", "1003"), ("straggler", "slow_rank", "1004")]
+    kinds = sorted((a.kind, a.category, a.job_id or "-") for a in demo_result.anomalies)
+    assert kinds == [
+        ("crash", "xid_79", "1002"),
+        ("hang", "no_progress", "1003"),
+        # Once job 1002 has failed, its node sits idle with GPU 3 gone: drain it before a job lands there.
+        ("node_unhealthy", "gpu_lost", "-"),
+        ("straggler", "slow_rank", "1004"),
+    ]
+    idle = demo_result.by_kind("node_unhealthy")[0]
+    assert idle.nodes == ["gpu-node-04"] and idle.gpus == ["gpu-node-04/3"]
     crash = demo_result.by_kind("crash")[0]
     assert crash.nodes == ["gpu-node-04"] and crash.layer == "hardware" and crash.transient is False
     assert crash.detected_at - crash.onset_ts <= 1.0
@@ -23,6 +31,7 @@ def test_demo_finds_the_three_faults_and_localises_them(demo_result: RunResult):
     assert straggler.nodes == ["gpu-node-08"] and straggler.ranks == [11]
     assert straggler.detected_at - straggler.onset_ts <= 120
     hang = demo_result.by_kind("hang")[0]
+    assert hang.nodes == ["gpu-node-06"] and hang.gpus == ["gpu-node-06/5"]  # idle while its peers spin
     # Deadline: max(55 s, 5 × step) after the last step, reported on the 5 s tick grid.
     assert 55 <= hang.detected_at - hang.onset_ts <= 60
 

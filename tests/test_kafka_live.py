@@ -67,7 +67,7 @@ def test_live_kafka_run_matches_replay(tansu: Broker, tmp_path):
         )
 
     assert summary(live) == summary(expected.anomalies), output[-3000:]
-    assert {a.kind for a in live} == {"crash", "hang", "straggler"}
+    assert {a.kind for a in live} == {"crash", "hang", "straggler", "node_unhealthy"}
     actions = consume_all(tansu.address, "actions", len(expected.actions), timeout_s=10)
     assert sorted(msgspec.json.decode(v)["action_id"] for v in actions) == sorted(a.action_id for a in expected.actions)
     dead = consume_all(tansu.address, "dead_letter", len(garbage), timeout_s=10)

@@ -1,0 +1,120 @@
+"""Peer comparison of one job's GPUs: the odd one out, Minder-style.
+
+GPUs of a synchronous job do the same work, so they should look alike. A slow
+GPU shows a lower SM clock, a higher temperature, lower power or a thermal /
+power-brake throttle reason; during a hang the healthy GPUs spin in NCCL
+kernels (utilisation near 100 %) while the culprit sits idle or has vanished.
+Each metric is compared with robust z-scores (median and MAD across the job's
+GPUs) over the last few samples.
+
+>>> from detectors.events import GpuSample
+>>> peers = GpuPeers()
+>>> for t in range(3):
+...     for g in range(8):
+...         slow = g == 5
+...         peers.observe(GpuSample(ts=10.0 * t, node="n1", gpu=g, util_pct=99.0, temp_c=88.0 if slow else 65.0,
+...                                 power_w=420.0 if slow else 560.0, sm_clock_mhz=1410.0 if slow else 1980.0,
+...                                 throttle_reasons=0x20 if slow else 0))
+>>> peers.odd_one_out()
+[('n1', 5)]
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from statistics import median
+
+from detectors.events import GpuSample
+
+# NVML clock-throttle reasons that mean the GPU is slowed by heat or power
+# delivery (HW slowdown, SW/HW thermal, HW power brake) — not the routine power cap.
+SLOWDOWN_REASONS = 0x8 | 0x20 | 0x40 | 0x80
+
+GpuKey = tuple[str, int]
+
+
+def throttle_mask(reasons: int | list[str] | None) -> int:
+    """The NVML bitmask from an int or a list of reason names."""
+    if reasons is None:
+        return 0
+    if isinstance(reasons, int):
+        return reasons
+    names = {"hw_slowdown": 0x8, "sw_thermal": 0x20, "hw_thermal": 0x40, "hw_power_brake": 0x80}
+    return sum(bit for name, bit in names.items() if any(name in r.lower() for r in reasons))
+
+
+def _robust_z(values: dict[GpuKey, float]) -> dict[GpuKey, float]:
+    if len(values) < 3:
+        return {}
+    mid = median(values.values())
+    mad = median(abs(v - mid) for v in values.values())
+    scale = max(mad * 1.4826, abs(mid) * 0.02, 1e-9)  # 2 % of the level: ignore jitter on identical GPUs
+    return {k: (v - mid) / scale for k, v in values.items()}
+
+
+class GpuPeers:
+    """Recent samples of one job's GPUs, and the questions asked of them."""
+
+    def __init__(self, history: int = 6, z_threshold: float = 4.0) -> None:
+        self.history = history
+        self.z_threshold = z_threshold
+        self._samples: dict[GpuKey, deque[GpuSample]] = {}
+        self.last_ts = 0.0
+
+    def observe(self, sample: GpuSample) -> None:
+        key = (sample.node, sample.gpu)
+        window = self._samples.get(key)
+        if window is None:
+            window = self._samples[key] = deque(maxlen=self.history)
+        window.append(sample)
+        self.last_ts = max(self.last_ts, float(sample.ts))
+
+    def _recent(self, field: str, last: int | None = None) -> dict[GpuKey, float]:
+        out = {}
+        for key, window in self._samples.items():
+            samples = list(window)[-last:] if last else window
+            values = [getattr(s, field) for s in samples if getattr(s, field) is not None]
+            if values:
+                out[key] = median(values)
+        return out
+
+    def odd_one_out(self, last: int = 2) -> list[GpuKey]:
+        """GPUs slower than their peers by clock, heat, power or a slowdown throttle, over the ``last`` samples.
+
+        Few samples on purpose: a straggler is reported within seconds of its onset,
+        while GPU samples come every ten.
+        """
+        suspicion: dict[GpuKey, float] = {}
+        for field, sign in (("sm_clock_mhz", -1.0), ("temp_c", 1.0), ("power_w", -1.0)):
+            for key, z in _robust_z(self._recent(field, last)).items():
+                if sign * z > self.z_threshold:
+                    suspicion[key] = suspicion.get(key, 0.0) + sign * z
+        for key, window in self._samples.items():
+            if any(throttle_mask(s.throttle_reasons) & SLOWDOWN_REASONS for s in list(window)[-last:]):
+                suspicion[key] = suspicion.get(key, 0.0) + self.z_threshold
+        if not suspicion or len(suspicion) * 4 > max(len(self._samples), 1):
+            return []  # a quarter of the job "odd" is a job-wide change, not one GPU
+        return sorted(suspicion, key=lambda k: -suspicion[k])[:2]
+
+    def idle_while_peers_spin(self) -> list[GpuKey]:
+        """During a hang: GPUs at ~0 % utilisation while most peers sit at ~100 % in NCCL kernels."""
+        util = self._recent("util_pct")
+        if len(util) < 3 or median(util.values()) < 80.0:
+            return []
+        return sorted(k for k, u in util.items() if u < 10.0)
+
+    def missing(self, now: float, after_s: float) -> list[tuple[str, int, float | None]]:
+        """``(node, gpu, last seen)`` of GPUs gone quiet while their node's other GPUs report (fell off
+        the bus), and ``(node, gpu, None)`` for indexes never seen below ones that are."""
+        last_by_node: dict[str, float] = {}
+        seen: dict[str, set[int]] = {}
+        for (node, gpu), window in self._samples.items():
+            last_by_node[node] = max(last_by_node.get(node, 0.0), float(window[-1].ts))
+            seen.setdefault(node, set()).add(gpu)
+        out: list[tuple[str, int, float | None]] = []
+        for (node, gpu), window in sorted(self._samples.items()):
+            last = float(window[-1].ts)
+            if now - last > after_s and last_by_node[node] > last + after_s / 2:
+                out.append((node, gpu, last))
+        out += [(node, g, None) for node, gpus in sorted(seen.items()) for g in range(max(gpus)) if g not in gpus]
+        return out

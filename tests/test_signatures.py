@@ -1,0 +1,95 @@
+"""The signature catalogue on real log excerpts (shared/datasets/real-log-excerpts.jsonl)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from datasets.excerpts import DEFAULT_PATH, evaluate
+from detectors.events import LogRecord
+from detectors.monitor import JobMonitor
+from detectors.signatures import classify_text, family_of, match_line
+
+needs_excerpts = pytest.mark.skipif(
+    not DEFAULT_PATH.is_file(),
+    reason=f"real log excerpts not found at {DEFAULT_PATH} (shared/datasets is beside the checkout)",
+)
+
+
+@needs_excerpts
+def test_excerpt_family_and_layer_accuracy_is_at_least_95_percent():
+    results = evaluate()
+    wrong = [r for r in results if not r.correct]
+    accuracy = 1 - len(wrong) / len(results)
+    assert len(results) == 52
+    assert accuracy >= 0.95, wrong
+
+
+@needs_excerpts
+def test_excerpts_through_the_job_monitor():
+    """Normal progress raises nothing; every fatal excerpt becomes one anomaly of the right family."""
+    for line in DEFAULT_PATH.read_text().splitlines():
+        item = json.loads(line)
+        mon = JobMonitor("x")
+        found = []
+        for i, text in enumerate(item["text"].splitlines()):
+            found += mon.observe(LogRecord(ts=1_000_000.0 + i * 0.01, job_id="x", node="n1", line=text))
+        found += mon.advance(1_000_100.0)
+        match = classify_text(item["text"])
+        if item["label"] == "normal_progress":
+            assert found == [], item["source"]
+        elif match is not None and match.signature.severity == "fatal":
+            assert len(found) == 1, item["source"]
+            assert family_of(found[0].category) == item["label"], item["source"]
+
+
+def test_fields_are_extracted():
+    m = match_line(
+        "[rank7]:[E321 02:07:08.4 ProcessGroupNCCL.cpp:607] [Rank 7] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=1580, OpType=ALLGATHER, NumelIn=4, NumelOut=4, Timeout(ms)=600000)"
+    )
+    assert m is not None and m.fields == {"seqnum": "1580", "op": "ALLGATHER", "timeout_ms": "600000", "rank": "7"}
+    gpu = match_line("Unable to determine the device handle for GPU 0000:02:00.0: GPU is lost. Reboot the system")
+    assert gpu is not None and gpu.fields["pci"] == "0000:02:00.0" and gpu.signature.category == "gpu_lost"
+    killed = match_line("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 3")
+    assert killed is not None and killed.fields["exit_code"] == "-9" and killed.signature.layer == "system"
+
+
+@pytest.mark.parametrize(
+    ("code", "layer", "family"),
+    [
+        (13, "application", "cuda_error"),
+        (31, "application", "cuda_error"),
+        (43, "application", "cuda_error"),
+        (48, "hardware", "gpu_xid_hardware"),
+        (63, "hardware", "gpu_xid_hardware"),
+        (64, "hardware", "gpu_xid_hardware"),
+        (74, "hardware", "gpu_xid_hardware"),
+        (79, "hardware", "gpu_xid_hardware"),
+        (94, "hardware", "gpu_xid_hardware"),
+        (95, "hardware", "gpu_xid_hardware"),
+        (119, "system", "gpu_xid_hardware"),
+        (120, "system", "gpu_xid_hardware"),
+        (999, "hardware", "gpu_xid_hardware"),
+    ],
+)
+def test_xid_codes_map_to_nvidia_resolution(code: int, layer: str, family: str):
+    m = match_line(f"NVRM: Xid (PCI:0000:3b:00): {code}, pid=1, name=python")
+    assert m is not None and m.signature.category == f"xid_{code}"
+    assert m.signature.layer == layer and family_of(m.signature.category) == family
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "iteration     3383/    8000 | lm loss: 7.334521E-01 | grad norm: 0.752 | number of nan iterations:   0 |",
+        "Saving checkpoint to /ckpt/global_step2000",
+        "INFO: NCCL_IB_TIMEOUT set to 22",
+        "Epoch 3: 100%|██████████| 500/500 [01:02<00:00,  8.01it/s, loss=0.412, v_num=1]",
+        "[2024-11-04 11:41:27,602] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] Grad overflow check done",
+        "the infrastructure team reviewed the logs",
+    ],
+)
+def test_ordinary_lines_match_nothing(line: str):
+    assert match_line(line) is None

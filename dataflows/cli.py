@@ -179,10 +179,15 @@ def demo(
     from datasets.scenario import iter_labels
 
     faults = [lab for lab in iter_labels(DEMO_DIR / "labels.jsonl") if lab["kind"] != "benign"]
-    found = [f for f in faults if any(a.job_id == f["job_id"] and a.kind == f["kind"] for a in report.anomalies)]
+
+    def matches(a: Anomaly, fault: dict) -> bool:
+        same_place = not fault["nodes"] or bool(set(a.nodes) & set(fault["nodes"]))
+        return a.job_id == fault["job_id"] and a.kind == fault["kind"] and same_place
+
+    found = [f for f in faults if any(matches(a, f) for a in report.anomalies)]
     console.print(
         f"Found {len(found)} of the {len(faults)} labelled faults: "
-        + ", ".join(f"{f['kind']} in job {f['job_id']}" for f in found)
+        + ", ".join(f"{f['kind']} on {', '.join(f['nodes']) or 'job ' + str(f['job_id'])}" for f in found)
     )
     if len(found) != len(faults):
         raise typer.Exit(1)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import os
+import pickle
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ from detectors.settings import DetectorSettings
 Routed = tuple[str, tuple[int, int, int], Event, bytes]
 
 
-class RouterLogic(StatefulBatchLogic[Routed, tuple[str, Any], Router]):
+class RouterLogic(StatefulBatchLogic[Routed, tuple[str, Any], bytes]):
     """Bytewax shell around :class:`Router`; live mode also ticks on wall-clock idle."""
 
     def __init__(self, router: Router, live: bool) -> None:
@@ -65,11 +66,12 @@ class RouterLogic(StatefulBatchLogic[Routed, tuple[str, Any], Router]):
     def notify_at(self) -> datetime | None:
         return datetime.now(UTC) + timedelta(seconds=0.5) if self.live else None
 
-    def snapshot(self) -> Router:
-        return copy.deepcopy(self.router)
+    def snapshot(self) -> bytes:
+        # Pickled now, so later mutation cannot leak into the snapshot (and far cheaper than deepcopy).
+        return pickle.dumps(self.router, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-class MonitorLogic(StatefulBatchLogic[Any, Anomaly, JobMonitor | NodeMonitor | None]):
+class MonitorLogic(StatefulBatchLogic[Any, Anomaly, bytes]):
     """Bytewax shell around one key's :class:`JobMonitor` or :class:`NodeMonitor`."""
 
     def __init__(self, monitor: JobMonitor | NodeMonitor | None, settings: DetectorSettings) -> None:
@@ -91,8 +93,8 @@ class MonitorLogic(StatefulBatchLogic[Any, Anomaly, JobMonitor | NodeMonitor | N
             out.extend(self.monitor.observe(item))
         return out, (StatefulBatchLogic.DISCARD if self.monitor is None else StatefulBatchLogic.RETAIN)
 
-    def snapshot(self) -> JobMonitor | NodeMonitor | None:
-        return copy.deepcopy(self.monitor)
+    def snapshot(self) -> bytes:
+        return pickle.dumps(self.monitor, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _new_monitor(event: Event, settings: DetectorSettings) -> JobMonitor | NodeMonitor:
@@ -218,14 +220,19 @@ def build_flow(
             "route",
             keyed,
             lambda state: RouterLogic(  # type: ignore[arg-type]
-                state or Router(router_settings, clock_partitions, time.time() if live else None), live
+                pickle.loads(state)
+                if state
+                else Router(router_settings, clock_partitions, time.time() if live else None),
+                live,
             ),
         ),
     )
     alive = op.branch("dead_or_alive", routed, lambda kv: kv[0] != DEAD)
     anomalies = op.key_rm(
         "anomalies",
-        op.stateful_batch("detect", alive.trues, lambda state: MonitorLogic(state, det)),  # type: ignore[arg-type]
+        op.stateful_batch(
+            "detect", alive.trues, lambda state: MonitorLogic(pickle.loads(state) if state else None, det)
+        ),  # type: ignore[arg-type]
     )
     actions = op.flat_map("policy", anomalies, decide)
     dead = op.merge("dead_letters", valid.falses, op.map("late_or_future", alive.falses, lambda kv: kv[1]))

@@ -77,6 +77,26 @@ def count_records(directory: Path) -> int:
 
 
 def _sort_ts(payload: bytes) -> float | None:
+    """The record's timestamp, for ordering only (the decoder validates it properly later).
+
+    A byte search finds ``"ts": value`` without decoding the whole record; anything
+    unusual falls back to a real (partial) JSON decode.
+    """
+    key = payload.find(b'"ts"')
+    colon = payload.find(b":", key + 4) if key != -1 else -1
+    if colon != -1:
+        start = colon + 1
+        while payload[start : start + 1] == b" ":
+            start += 1
+        try:
+            if payload[start : start + 1] == b'"':
+                return parse_ts(payload[start + 1 : payload.index(b'"', start + 1)].decode())
+            end = start
+            while end < len(payload) and payload[end] not in b",} \n":
+                end += 1
+            return parse_ts(float(payload[start:end]))
+        except (ValueError, UnicodeDecodeError, OverflowError):
+            pass
     try:
         ts = _TS.decode(payload).ts
         return None if ts is None else parse_ts(ts)

@@ -159,11 +159,15 @@ class Scenario:
         slow_gpu: dict[tuple[str, int], float],
         xids: dict[tuple[str, int], tuple[float, int]],
         hung: dict[str, tuple[float, float, int | None]] | None = None,
+        degrading: dict[tuple[str, int], float] | None = None,
+        resets: dict[str, float] | None = None,
     ) -> None:
         """One sample per GPU per interval. ``hung``: node -> (from, until, culprit GPU): healthy
         GPUs of a hung job spin in NCCL kernels (util ~100 %, low power), the culprit idles."""
         rng = self.rng
         hung = hung or {}
+        degrading = degrading or {}  # (node, gpu) -> from: corrected ECC errors climb, then a row remap
+        resets = dict(resets or {})  # node -> when a driver reload zeroes its counters
         counters = {
             (n, g): [rng.randint(0, 40), 0, rng.randint(0, 5), rng.randint(0, 3)]
             for n in nodes
@@ -178,8 +182,13 @@ class Scenario:
                     if (node, g) in missing and t >= missing[(node, g)]:
                         continue
                     c = counters[(node, g)]
+                    if node in resets and t >= resets[node]:
+                        c[:] = [0, 0, 0, 0]
                     if rng.random() < 0.01:
                         c[0] += 1
+                    degrading_since = degrading.get((node, g))
+                    if degrading_since is not None and t >= degrading_since:
+                        c[0] += rng.randint(15, 30)
                     sample: dict[str, Any] = {
                         "ts": round(t + rng.uniform(0, 0.5), 3),
                         "node": node,
@@ -196,6 +205,8 @@ class Scenario:
                         "throttle_reasons": 0,
                         "xid": None,
                     }
+                    if degrading_since is not None and t >= degrading_since + 900:
+                        sample["remapped_rows_pending"] = 1
                     hang = hung.get(node)
                     if hang is not None and hang[0] <= t < hang[1]:
                         spinning = g != hang[2]
@@ -210,6 +221,8 @@ class Scenario:
                     if xid is not None and xid[0] <= t < xid[0] + self.gpu_interval_s:
                         sample["xid"] = xid[1]
                     self.records["gpu"].append(sample)
+            for node in [n for n, when in resets.items() if t >= when]:
+                del resets[node]  # a reload happens once
             t += self.gpu_interval_s
 
     def write(self, out: Path) -> Path:
@@ -228,7 +241,8 @@ class Scenario:
 
 
 def demo(seed: int = 0) -> Scenario:
-    """Five jobs on twelve nodes for 45 minutes: one crash, one hang, one straggler, and benign pauses."""
+    """Five jobs on twelve nodes for 45 minutes: a crash, a hang, a straggler, a degrading idle GPU,
+    and benign look-alikes (checkpoint, evaluation, user cancel, counter reset)."""
     sc = Scenario(seed=seed)
     m = 60.0
     t0 = BASE_TS
@@ -359,6 +373,30 @@ def demo(seed: int = 0) -> Scenario:
         gpus=[f"{slow.node_of(11)}/3"],
     )
 
+    # An idle node whose GPU 2 starts failing: corrected ECC errors climb, then a row remap is pending.
+    sc.label(
+        fault_id="f-degraded",
+        kind="node_unhealthy",
+        category="ecc_sbe_burst",
+        layer="hardware",
+        onset_ts=t0 + 30 * m,
+        job_id=None,
+        nodes=[nodes[9]],
+        ranks=[],
+        gpus=[f"{nodes[9]}/2"],
+    )
+    # A driver reload on another idle node zeroes its counters: not an error.
+    sc.label(
+        fault_id="benign-counter-reset",
+        kind="benign",
+        category="counter_reset",
+        layer="system",
+        onset_ts=t0 + 35 * m,
+        job_id=None,
+        nodes=[nodes[10]],
+        ranks=[],
+    )
+
     busy = {n: (j.start, j.stop_progress_at or j.end) for j in (steady, crash, hang, slow, cancel) for n in j.nodes}
     sc.gpu_samples(
         nodes,
@@ -367,6 +405,8 @@ def demo(seed: int = 0) -> Scenario:
         slow_gpu={(slow.node_of(11), 3): slow.slow_from or 0},
         xids={(bad_node, 3): (tc - 5.0, 79)},
         hung={node: (th, th + 605, 5 if node == hang.node_of(13) else None) for node in hang.nodes},
+        degrading={(nodes[9], 2): t0 + 30 * m},
+        resets={nodes[10]: t0 + 35 * m},
     )
     return sc
 

@@ -36,8 +36,12 @@ Topic = Literal["logs", "progress", "gpu", "scheduler"]
 TOPICS: tuple[str, ...] = ("logs", "progress", "gpu", "scheduler")
 
 
-class _Record(msgspec.Struct, kw_only=True):
-    """Common base: ``ts`` arrives as RFC 3339 text or epoch seconds."""
+class _Record(msgspec.Struct, kw_only=True, gc=False):
+    """Common base: ``ts`` arrives as RFC 3339 text or epoch seconds.
+
+    ``gc=False``: records hold only scalars and lists of strings, never cycles, so
+    the garbage collector need not track the hundreds of thousands in flight.
+    """
 
     ts: float | str
 
@@ -100,7 +104,7 @@ class NodeEvent(_Record, tag_field="kind", tag="node", kw_only=True):
 Event = LogRecord | ProgressRecord | GpuSample | JobEvent | NodeEvent
 
 
-class DeadLetter(msgspec.Struct, kw_only=True):
+class DeadLetter(msgspec.Struct, kw_only=True, gc=False):
     """A refused input record: the original bytes, where it came from, and why."""
 
     topic: str
@@ -179,7 +183,7 @@ Kind = Literal["crash", "hang", "straggler", "gpu_degraded", "node_unhealthy"]
 Layer = Literal["hardware", "system", "application", "unknown"]
 
 
-class Anomaly(msgspec.Struct, kw_only=True):
+class Anomaly(msgspec.Struct, kw_only=True, gc=False):
     anomaly_id: str
     detected_at: float
     onset_ts: float | None = None
@@ -195,7 +199,7 @@ class Anomaly(msgspec.Struct, kw_only=True):
     evidence: list[str] = []
 
 
-class Action(msgspec.Struct, kw_only=True):
+class Action(msgspec.Struct, kw_only=True, gc=False):
     action_id: str
     anomaly_id: str
     decided_at: float
@@ -208,7 +212,7 @@ class Action(msgspec.Struct, kw_only=True):
     applied_at: float | None = None
 
 
-class Tick(msgspec.Struct, frozen=True):
+class Tick(msgspec.Struct, frozen=True, gc=False):
     """The event-time clock passed ``watermark``: deadlines up to it may fire."""
 
     watermark: float

@@ -21,6 +21,7 @@ from collections import deque
 import msgspec
 
 from detectors.crash import Finding
+from detectors.drift import DriftDetector
 from detectors.events import GpuSample
 from detectors.gpu_peers import throttle_mask
 from detectors.signatures import XID_CLASSES
@@ -35,6 +36,10 @@ class GpuHealthSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     nvlink_crc_burst: int = 100
     throttle_samples: int = 3  # consecutive samples slowed by heat or power brake
     missing_after_s: float = 60.0  # a GPU silent this long while its node reports is lost
+    # Online novelty score (detectors.drift) of an idle GPU's temperature and power:
+    # an idle GPU should sit still, so a new excursion is a part going bad.
+    drift_threshold: float = 0.4
+    drift_idle_util_pct: float = 5.0
 
 
 _BURSTS = (
@@ -58,6 +63,7 @@ class GpuHealth:
         self._counters: dict[tuple[str, int, str], deque[tuple[float, int]]] = {}
         self._throttled: dict[tuple[str, int], int] = {}
         self._fired: dict[tuple[str, int, str], float] = {}
+        self._drift: dict[tuple[str, int, str], DriftDetector] = {}
 
     def observe(self, sample: GpuSample) -> list[Finding]:
         s = self.settings
@@ -76,10 +82,29 @@ class GpuHealth:
                 sample, "row_remap_pending", False, f"{sample.remapped_rows_pending} row remap(s) pending"
             )
         for field, category, limit_name, what in _BURSTS:
-            rise = self._window_rise(sample, field)
+            rise, since = self._window_rise(sample, field)
             limit: int = getattr(s, limit_name)
             if rise >= limit:
-                found += self._fire(sample, category, None, f"{what} +{rise} in {s.burst_window_s:g}s (limit {limit})")
+                burst = self._fire(sample, category, None, f"{what} +{rise} in {s.burst_window_s:g}s (limit {limit})")
+                for f in burst:
+                    f.onset_ts = since
+                found += burst
+        if sample.util_pct is not None and sample.util_pct < s.drift_idle_util_pct:
+            for field in ("temp_c", "power_w"):
+                value = getattr(sample, field)
+                if value is None:
+                    continue
+                detector = self._drift.get((sample.node, sample.gpu, field))
+                if detector is None:
+                    detector = self._drift[(sample.node, sample.gpu, field)] = DriftDetector()
+                score = detector.score_one(float(value))
+                if score >= s.drift_threshold:
+                    found += self._fire(
+                        sample,
+                        f"idle_{field.split('_')[0]}_drift",
+                        None,
+                        f"idle {field} {value:g} is novel for this GPU (score {score:.2f})",
+                    )
         mask = throttle_mask(sample.throttle_reasons)
         slowed = self._throttled[key] = self._throttled.get(key, 0) + 1 if mask & 0xE8 else 0
         if slowed >= s.throttle_samples:
@@ -106,21 +131,31 @@ class GpuHealth:
             found.append(f)
         return found
 
-    def _window_rise(self, sample: GpuSample, field: str) -> int:
+    def _window_rise(self, sample: GpuSample, field: str) -> tuple[int, float]:
+        """Rise of a cumulative counter within the burst window, and when the climb began.
+
+        Only changes are stored (most samples repeat the last value), with one anchor
+        at or before the window's start holding the value the window began with.
+        """
         value = getattr(sample, field)
         if value is None:
-            return 0
+            return 0, 0.0
         key = (sample.node, sample.gpu, field)
         history = self._counters.get(key)
         if history is None:
             history = self._counters[key] = deque()
-        ts = float(sample.ts)
-        if history and value < history[-1][1]:
+        elif value == history[-1][1]:
+            return 0, 0.0  # unchanged: no new rise to report
+        elif value < history[-1][1]:
             history.clear()  # counter reset (driver reload): start over
+        ts = float(sample.ts)
         history.append((ts, value))
-        while history and history[0][0] < ts - self.settings.burst_window_s:
+        start = ts - self.settings.burst_window_s
+        while len(history) > 1 and history[1][0] <= start:
             history.popleft()
-        return history[-1][1] - history[0][1]
+        if len(history) == 1:
+            return 0, ts
+        return value - history[0][1], history[1][0]
 
     def _cool(self, s: GpuSample, category: str) -> bool:
         """True (and starts the cooldown) unless this GPU fired ``category`` recently."""

@@ -45,6 +45,7 @@ FAILED_STATES: dict[str, tuple[str, str]] = {
 }
 INCIDENT_KINDS = frozenset({"crash", "hang"})
 SLOWDOWN_CATEGORIES = frozenset({"thermal_throttle", "power_brake", "hw_slowdown"})
+LOST_GPU_CHECK_S = 30.0  # GPUs report every ~10 s; looking for silent ones more often finds nothing new
 
 
 def to_anomaly(scope: str, job_id: str | None, f: Finding) -> Anomaly:
@@ -96,6 +97,8 @@ class JobMonitor:
         self._phase_since_step = False
         self._nvrx_section = "relative"
         self.ended_at: float | None = None
+        self._next_lost_check = float("-inf")
+        self._next_rank_eval = float("-inf")
 
     # -- events -------------------------------------------------------------------
     def observe(self, event: Event) -> list[Anomaly]:
@@ -157,9 +160,12 @@ class JobMonitor:
             finding = self.straggler.observe_step(ts, step_time)
             if finding is not None:
                 found.append(self._localise_straggler(finding))
-        rank_finding = self.ranks.evaluate(ts)
-        if rank_finding is not None:
-            found.append(rank_finding)
+        if ts >= self._next_rank_eval:
+            # Scoring every rank costs O(ranks); once per rank_eval_s of event time is plenty.
+            self._next_rank_eval = ts + self.settings.straggler.rank_eval_s
+            rank_finding = self.ranks.evaluate(ts)
+            if rank_finding is not None:
+                found.append(rank_finding)
         self._max_step, self._last_step_ts = step, ts
         self._phase_since_step = False
         return self._emit(found)
@@ -259,7 +265,8 @@ class JobMonitor:
         if hang is not None:
             self._localise_hang(hang)
             found.append(hang)
-        if self.ended_at is None:
+        if self.ended_at is None and watermark >= self._next_lost_check:
+            self._next_lost_check = watermark + LOST_GPU_CHECK_S
             found += self.health.lost(self.gpus.missing(watermark, self.settings.gpu.missing_after_s), watermark)
         return self._emit(found)
 

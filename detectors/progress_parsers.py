@@ -52,7 +52,7 @@ _MEGATRON = re.compile(
     rf"(?P<elapsed>{_NUM})"
 )
 _MEGATRON_SPS = re.compile(rf"samples per second:\s*(?P<sps>{_NUM})")
-_NONFINITE = re.compile(r"(?i)(?:loss|grad[ _]norm)['\"]?\s*[:=]\s*['\"]?[-+]?(?:nan|inf)\b")
+_NONFINITE = re.compile(r"(?:loss|norm)['\"]?\s*[:=]\s*['\"]?[-+]?(?:nan|inf|NaN|Inf)\b")
 _TORCHTITAN = re.compile(rf"\bstep:\s*(?P<step>\d+)\b.*?\btps:\s*(?P<tps>{_NUM})")
 _DS_TIMER = re.compile(
     rf"(?:global_step=(?P<gstep>\d+).*?CurrSamplesPerSec=(?P<cur>{_NUM}))|"

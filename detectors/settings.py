@@ -25,6 +25,7 @@ class StragglerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     rank_threshold: float = 0.75
     rank_window: int = 5
     rank_consecutive: int = 5
+    rank_eval_s: float = 5.0  # score ranks at most this often (event time)
     # A job-level slowdown is pinned on a rank whose relative score is below this.
     localise_below: float = 0.9
     # GPU peer comparison: robust z-score that makes a GPU the odd one out.

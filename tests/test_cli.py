@@ -16,9 +16,9 @@ runner = CliRunner()
 def test_demo_reports_the_bundled_faults_and_writes_parquet(tmp_path: Path):
     result = runner.invoke(app, ["demo", "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
-    assert "Found 3 of the 3 labelled faults" in result.output
+    assert "Found 4 of the 4 labelled faults" in result.output
     assert "Parquet archive" in result.output
-    assert pl.scan_parquet(tmp_path / "out" / "anomalies" / "**" / "*.parquet").collect().height == 4
+    assert pl.scan_parquet(tmp_path / "out" / "anomalies" / "**" / "*.parquet").collect().height == 5
 
 
 def test_replay_with_config_env_and_quiet(tmp_path: Path, monkeypatch):
@@ -29,7 +29,7 @@ def test_replay_with_config_env_and_quiet(tmp_path: Path, monkeypatch):
 
     result = runner.invoke(app, ["replay", str(DEMO_DIR), "--quiet"])
     assert result.exit_code == 0, result.output
-    assert "4 anomalies" in result.output
+    assert "5 anomalies" in result.output
 
 
 def _one_sentence_error(result) -> str:

@@ -189,3 +189,14 @@ def test_gpu_lost_during_a_job_joins_the_crash_incident():
             found += mon.observe(gpu(i * 10.0, "n1", g))
         found += mon.advance(i * 10.0 + 90)
     assert [(a.kind, a.category) for a in found] == [("crash", "xid_79")]
+
+
+def test_idle_gpu_temperature_excursion_is_novel_but_idle_noise_is_not():
+    mon = NodeMonitor("n8")
+    found = []
+    for i in range(400):
+        temp = 34.0 + (i * 7919 % 13) / 10.0  # idle jitter between 34.0 and 35.2 °C
+        if i >= 300:
+            temp = 52.0  # an idle GPU suddenly 17 °C warmer: a fan or heatsink is failing
+        found += mon.observe(GpuSample(ts=i * 10.0, node="n8", gpu=0, util_pct=0.0, temp_c=temp, power_w=70.0))
+    assert [(a.kind, a.category, a.onset_ts) for a in found] == [("node_unhealthy", "idle_temp_drift", 3000.0)]

@@ -18,12 +18,16 @@ def test_demo_finds_the_three_faults_and_localises_them(demo_result: RunResult):
     assert kinds == [
         ("crash", "xid_79", "1002"),
         ("hang", "no_progress", "1003"),
+        # An idle node's GPU 2 starts failing (corrected ECC errors climb).
+        ("node_unhealthy", "ecc_sbe_burst", "-"),
         # Once job 1002 has failed, its node sits idle with GPU 3 gone: drain it before a job lands there.
         ("node_unhealthy", "gpu_lost", "-"),
         ("straggler", "slow_rank", "1004"),
     ]
-    idle = demo_result.by_kind("node_unhealthy")[0]
-    assert idle.nodes == ["gpu-node-04"] and idle.gpus == ["gpu-node-04/3"]
+    lost, degrading = sorted(demo_result.by_kind("node_unhealthy"), key=lambda a: a.category, reverse=True)
+    assert lost.nodes == ["gpu-node-04"] and lost.gpus == ["gpu-node-04/3"]
+    assert degrading.nodes == ["gpu-node-10"] and degrading.gpus == ["gpu-node-10/2"]
+    assert degrading.detected_at - degrading.onset_ts <= 60
     crash = demo_result.by_kind("crash")[0]
     assert crash.nodes == ["gpu-node-04"] and crash.layer == "hardware" and crash.transient is False
     assert crash.detected_at - crash.onset_ts <= 1.0
@@ -36,9 +40,11 @@ def test_demo_finds_the_three_faults_and_localises_them(demo_result: RunResult):
     assert 55 <= hang.detected_at - hang.onset_ts <= 60
 
 
-def test_benign_pauses_and_cancel_raise_nothing(demo_result: RunResult):
-    # Job 1001 pauses 150 s for a checkpoint, 1004 evaluates for 60 s, 1005 is cancelled by its user.
+def test_benign_pauses_cancel_and_counter_reset_raise_nothing(demo_result: RunResult):
+    # Job 1001 pauses 150 s for a checkpoint, 1004 evaluates for 60 s, 1005 is cancelled by its user,
+    # and a driver reload zeroes gpu-node-11's counters.
     assert not [a for a in demo_result.anomalies if a.job_id in ("1001", "1005")]
+    assert not [a for a in demo_result.anomalies if "gpu-node-11" in a.nodes]
     assert [a.kind for a in demo_result.anomalies if a.job_id == "1004"] == ["straggler"]
 
 

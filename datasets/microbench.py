@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from detectors.drift import DriftDetector
 from detectors.events import GpuSample, LogRecord, ProgressRecord, decode
 from detectors.hang import HangDetector
 from detectors.monitor import JobMonitor, NodeMonitor
@@ -124,6 +125,13 @@ def main() -> None:
         scorer.evaluate(float(i))
 
     rows.append(("rank scores, one step of 64 ranks (observe ×64 + evaluate)", per_call_us(score_step, 2_000)))
+    drift = DriftDetector()
+    rows.append(
+        (
+            "drift detector (online novelty score), one value",
+            per_call_us(lambda i: drift.score_one(35.0 + (i % 13) * 0.1), 200_000),
+        )
+    )
     router = Router(RouterSettings(lateness_s=2.0))
     records = [
         ("p", (1, 0, i), ProgressRecord(ts=float(i) * 0.01, job_id=str(i % 50), node="n", rank=0, step=i), None)

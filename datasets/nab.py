@@ -161,10 +161,11 @@ def score_corpus(
     detect: Callable[[np.ndarray, list[datetime]], Iterable[float]],
     corpus: list[DataFile] | None = None,
     nab_dir: Path = NAB_DIR,
+    profiles: dict[str, Profile] | None = None,
 ) -> NabResult:
     """Run ``detect`` (values, timestamps → anomaly scores in [0, 1]) on every file and score it."""
     corpus = corpus if corpus is not None else load_corpus(nab_dir)
-    profiles = load_profiles(nab_dir)
+    profiles = profiles if profiles is not None else load_profiles(nab_dir)
     points: list[_Point] = []
     windows = 0
     for f in corpus:

@@ -10,6 +10,7 @@ import pytest
 from datasets.nab import (
     NAB_DIR,
     DataFile,
+    Profile,
     load_corpus,
     null_detector,
     probation_length,
@@ -34,6 +35,9 @@ def test_reward_curve_and_probation():
     assert probation_length(1000) == 150 and probation_length(20_000) == 750
 
 
+STANDARD = {"standard": Profile(tp=1.0, fp=0.11, fn=1.0)}  # NAB's config/profiles.json
+
+
 def _toy() -> DataFile:
     t0 = datetime(2020, 1, 1)
     return DataFile("toy.csv", [t0 + timedelta(minutes=i) for i in range(100)], np.zeros(100), [(50, 59)])
@@ -46,16 +50,18 @@ def test_scores_by_hand_on_a_toy_file():
         return lambda values, ts: [1.0 if i in hits else 0.0 for i in range(len(values))]
 
     # A detection at the window's first row earns tpWeight (1.0): normalised (1 + 1) / (1 + 1) = 100.
-    assert score_corpus(detect({50}), [f]).scores["standard"] == pytest.approx(100.0)
+    assert score_corpus(detect({50}), [f], profiles=STANDARD).scores["standard"] == pytest.approx(100.0)
     # Inside probation (first 15 rows) nothing counts; a later duplicate in the window is free.
-    assert score_corpus(detect({10, 50, 55}), [f]).scores["standard"] == pytest.approx(100.0)
-    both = score_corpus(lambda v, t: [0.9 if i == 80 else (0.5 if i == 50 else 0.0) for i in range(100)], [f])
+    assert score_corpus(detect({10, 50, 55}), [f], profiles=STANDARD).scores["standard"] == pytest.approx(100.0)
+    both = score_corpus(
+        lambda v, t: [0.9 if i == 80 else (0.5 if i == 50 else 0.0) for i in range(100)], [f], profiles=STANDARD
+    )
     # Best threshold keeps the TP and drops the FP only if the FP scores lower; here the FP scores higher,
     # so the optimiser compares "both" (1 - 0.11) with "none" (-1) and keeps both.
     assert both.raw["standard"] == pytest.approx(1.0 + 0.11 * scaled_sigmoid(21 / 9))
     assert both.thresholds["standard"] == 0.5
     # A detection in the middle of the window earns the sigmoid of its position.
-    mid = score_corpus(detect({55}), [f])
+    mid = score_corpus(detect({55}), [f], profiles=STANDARD)
     assert mid.raw["standard"] == pytest.approx(scaled_sigmoid(-5 / 10) / scaled_sigmoid(-1.0))
 
 

@@ -115,6 +115,12 @@ class GpuHealth:
                     break
         return found
 
+    def forget_samples(self) -> None:
+        """Drop sample history (the GPUs were away, e.g. running a job); keep the cooldowns."""
+        self._last.clear()
+        self._counters.clear()
+        self._throttled.clear()
+
     def lost(self, missing: list[tuple[str, int, float | None]], now: float) -> list[Finding]:
         """Findings for GPUs that stopped reporting: ``(node, gpu, last seen or None)`` (see :class:`GpuPeers`)."""
         found = []

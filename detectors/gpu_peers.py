@@ -59,6 +59,7 @@ class GpuPeers:
         self.history = history
         self.z_threshold = z_threshold
         self._samples: dict[GpuKey, deque[GpuSample]] = {}
+        self._first_seen: dict[str, float] = {}
         self.last_ts = 0.0
 
     def observe(self, sample: GpuSample) -> None:
@@ -67,7 +68,9 @@ class GpuPeers:
         if window is None:
             window = self._samples[key] = deque(maxlen=self.history)
         window.append(sample)
-        self.last_ts = max(self.last_ts, float(sample.ts))
+        ts = float(sample.ts)
+        self._first_seen.setdefault(sample.node, ts)
+        self.last_ts = max(self.last_ts, ts)
 
     def _recent(self, field: str, last: int | None = None) -> dict[GpuKey, float]:
         out = {}
@@ -105,7 +108,8 @@ class GpuPeers:
 
     def missing(self, now: float, after_s: float) -> list[tuple[str, int, float | None]]:
         """``(node, gpu, last seen)`` of GPUs gone quiet while their node's other GPUs report (fell off
-        the bus), and ``(node, gpu, None)`` for indexes never seen below ones that are."""
+        the bus), and ``(node, gpu, None)`` for indexes never seen below ones that are — once the node
+        has been reporting for ``after_s`` (samples of one round arrive in any order)."""
         last_by_node: dict[str, float] = {}
         seen: dict[str, set[int]] = {}
         for (node, gpu), window in self._samples.items():
@@ -116,5 +120,7 @@ class GpuPeers:
             last = float(window[-1].ts)
             if now - last > after_s and last_by_node[node] > last + after_s / 2:
                 out.append((node, gpu, last))
-        out += [(node, g, None) for node, gpus in sorted(seen.items()) for g in range(max(gpus)) if g not in gpus]
+        for node, gpus in sorted(seen.items()):
+            if now - self._first_seen.get(node, now) >= after_s:
+                out += [(node, g, None) for g in range(max(gpus)) if g not in gpus]
         return out

@@ -277,19 +277,25 @@ class JobMonitor:
     def _emit(self, findings: list[Finding]) -> list[Anomaly]:
         out: list[Anomaly] = []
         for f in findings:
-            if f.kind in INCIDENT_KINDS:
-                inc = self._incident
-                if inc is not None and f.onset_ts <= inc.last_ts + self.settings.crash.group_window_s:
-                    inc.last_ts = max(inc.last_ts, f.detected_at)
-                    inc.absorbed += 1
-                    continue
-            else:
+            inc = self._incident
+            # A GPU's counters moving during a crash are that crash's evidence, not news.
+            if (
+                (f.kind in INCIDENT_KINDS or f.kind == "gpu_degraded")
+                and inc is not None
+                and (f.onset_ts <= inc.last_ts + self.settings.crash.group_window_s)
+            ):
+                inc.last_ts = max(inc.last_ts, f.detected_at)
+                inc.absorbed += 1
+                continue
+            if f.kind not in INCIDENT_KINDS:
                 # One straggler / numerics / degradation report per episode, not per step;
                 # a GPU throttling under a reported straggler is that straggler's cause.
                 if f.category in SLOWDOWN_CATEGORIES and f.detected_at < self._quiet_until.get("straggler", -1.0):
                     continue
                 topic = f.kind if f.kind == "straggler" else f"{f.kind}/{f.category}/{','.join(f.gpus)}"
                 if f.detected_at < self._quiet_until.get(topic, float("-inf")):
+                    if f.kind == "numerics":  # NaNs on every step are one episode for as long as they last
+                        self._quiet_until[topic] = f.detected_at + self.settings.crash.group_window_s
                     continue
                 s = self.settings
                 window = s.straggler.cooldown_s if f.kind == "straggler" else s.crash.group_window_s
@@ -319,7 +325,9 @@ class NodeMonitor:
         self.last_ts = event.ts  # type: ignore[assignment]
         if isinstance(event, GpuSample):
             if self.gpus.last_ts and event.ts - self.gpus.last_ts > 2 * self.settings.gpu.missing_after_s:  # type: ignore[operator]
-                self.gpus = GpuPeers(history=1)  # the node was away (running a job): old sightings are stale
+                # The node was away (running a job): old sightings and counter readings are stale.
+                self.gpus = GpuPeers(history=1)
+                self.health.forget_samples()
             self.gpus.observe(event)
             return [self._anomaly(f, event.job_id) for f in self.health.observe(event)]
         if isinstance(event, LogRecord):

@@ -1,0 +1,647 @@
+"""Labelled cluster scenarios at any scale, generated as a time-ordered stream in bounded memory.
+
+The cluster is simulated in chunks of event time: in each chunk every running job
+emits its steps (per-framework iteration lines from rank 0, or per-rank progress
+records), every node emits one NVML sample per GPU per interval, and faults
+scheduled inside the chunk push their log lines and scheduler events (some of them
+minutes in the future) onto a small heap. Whatever falls before the end of the
+chunk is written out, so memory holds one chunk, not the scenario.
+
+Physics (DESIGN.md): ranks of a synchronous job share one step time; a slow GPU
+raises every rank's step time and only its own compute time and metrics give it
+away; a hang is silence, with the culprit GPU idle while its peers spin in NCCL
+kernels, and the NCCL watchdog speaks ten minutes later; one crash makes every rank
+print a cascade; counters are cumulative and reset on a driver reload; benign
+pauses (checkpoints, evaluation, warm-up after a restart, user cancels) are common.
+
+Each injected fault is written to ``labels.jsonl``: fault id, kind, category, layer,
+onset, job, and the nodes/ranks/GPUs to blame. Benign confounders are labelled with
+kind ``benign``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from datasets.scenario import BASE_TS, GPUS_PER_NODE, rfc3339
+
+WATCHDOG_S = 600.0  # PyTorch's NCCL watchdog default
+
+# --------------------------------------------------------------------------- faults
+# name -> (kind, category, layer): what the label says a detector should report.
+FAULTS: dict[str, tuple[str, str, str]] = {
+    "xid79": ("crash", "xid_79", "hardware"),
+    "xid48": ("crash", "xid_48", "hardware"),
+    "xid94": ("crash", "xid_94", "hardware"),
+    "xid95": ("crash", "xid_95", "hardware"),
+    "row_remap_failure": ("crash", "xid_64", "hardware"),
+    "nvlink": ("crash", "xid_74", "hardware"),
+    "gsp": ("crash", "xid_119", "system"),
+    "ib_link_flap": ("crash", "ib_link", "hardware"),
+    "hidden_root_cascade": ("crash", "host_oom", "application"),
+    "illegal_address": ("crash", "cuda_illegal_address", "application"),
+    "cuda_oom": ("crash", "oom", "application"),
+    "nan_loss": ("numerics", "nan_loss", "application"),
+    "hang_silent": ("hang", "no_progress", "unknown"),
+    "hang_watchdog": ("hang", "no_progress", "unknown"),
+    "thermal_straggler": ("straggler", "slow_rank", "hardware"),
+    "slow_nic": ("straggler", "slow_job", "hardware"),
+    "degraded_idle_node": ("node_unhealthy", "ecc_sbe_burst", "hardware"),
+    "lemon_node": ("crash", "cuda_launch_failure", "hardware"),
+}
+BENIGN = ("long_checkpoint", "eval_phase", "restart_warmup", "user_cancel", "counter_reset")
+
+# Llama 3 405B pre-training, 54 days, 419 unexpected interruptions (Meta, 2024), mapped
+# onto the fault catalogue above.
+LLAMA3_MIX: dict[str, float] = {
+    "xid79": 74,
+    "xid48": 37,
+    "thermal_straggler": 37,  # faulty GPU 148
+    "xid94": 24,
+    "xid95": 24,
+    "row_remap_failure": 24,  # GPU HBM3 memory 72
+    "illegal_address": 27,
+    "cuda_oom": 14,
+    "hang_silent": 13,  # software bug 54
+    "ib_link_flap": 35,  # network switch/cable 35
+    "lemon_node": 32,  # host maintenance 32: hosts that keep failing
+    "nvlink": 19,  # GPU SRAM 19 (shown as NVLink/ECC Xids)
+    "gsp": 17,  # GPU system processor 17
+    "slow_nic": 7,  # NIC 7
+    "hang_watchdog": 7,  # NCCL watchdog 7
+    "nan_loss": 6,  # silent data corruption 6
+    "hidden_root_cascade": 5,  # host OOM behind a NCCL cascade
+}
+
+
+@dataclass
+class Fault:
+    name: str
+    at: float
+    node_index: int = 0  # which node of the job (or of the idle pool)
+    gpu: int = 0
+
+
+# --------------------------------------------------------------------------- jobs
+@dataclass
+class JobSim:
+    job_id: str
+    nodes: list[str]
+    start: float
+    end: float
+    step_s: float
+    framework: str = "megatron"  # megatron | torchtitan | deepspeed | per_rank
+    pauses: list[tuple[float, float, str]] = field(default_factory=list)
+    fault: Fault | None = None
+    end_state: str = "COMPLETED"
+    # state
+    step: int = 0
+    next_ts: float = 0.0
+    stalled_at: float | None = None
+    slow: tuple[float, int, float] | None = None  # (from, rank or -1 for a NIC, factor)
+    idle_gpu: tuple[str, int] | None = None  # the hung culprit
+    gone: dict[tuple[str, int], float] = field(default_factory=dict)
+    hot: dict[tuple[str, int], float] = field(default_factory=dict)
+    nan_from: float | None = None
+    ended: bool = False
+    end_at: float = float("inf")
+
+    @property
+    def ranks(self) -> int:
+        return len(self.nodes) * GPUS_PER_NODE
+
+    def node_of(self, rank: int) -> str:
+        return self.nodes[rank // GPUS_PER_NODE]
+
+
+class Sink:
+    """Time-ordered output: records at or before the flush horizon leave in timestamp order."""
+
+    def __init__(self, write: Callable[[str, dict[str, Any]], None]) -> None:
+        self._heap: list[tuple[float, int, str, dict[str, Any]]] = []
+        self._seq = 0
+        self._write = write
+
+    def put(self, topic: str, ts: float, record: dict[str, Any]) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (ts, self._seq, topic, record))
+
+    def flush(self, horizon: float) -> None:
+        while self._heap and self._heap[0][0] < horizon:
+            _ts, _seq, topic, record = heapq.heappop(self._heap)
+            self._write(topic, record)
+
+
+class ClusterSim:
+    """The whole cluster: jobs, nodes, faults, labels."""
+
+    def __init__(self, seed: int, nodes: int, duration_s: float, gpu_interval_s: float = 10.0) -> None:
+        self.rng = random.Random(seed)
+        self.nodes = [f"gpu-node-{i:04d}" for i in range(1, nodes + 1)]
+        self.duration_s = duration_s
+        self.gpu_interval_s = gpu_interval_s
+        self.jobs: list[JobSim] = []
+        self.labels: list[dict[str, Any]] = []
+        self.node_job: dict[str, JobSim] = {}
+        self.counters = {
+            (n, g): [self.rng.randint(0, 40), 0, self.rng.randint(0, 5), self.rng.randint(0, 3)]
+            for n in self.nodes
+            for g in range(GPUS_PER_NODE)
+        }
+        self.degrading: dict[tuple[str, int], float] = {}
+        self.resets: dict[str, float] = {}
+        self.dbe_at: dict[tuple[str, int], float] = {}  # a double-bit error lands at this time
+
+    # -- labels -------------------------------------------------------------------
+    def label(
+        self,
+        fault_id: str,
+        name: str,
+        onset: float,
+        job: JobSim | None,
+        nodes: list[str],
+        ranks: list[int] | None = None,
+        gpus: list[str] | None = None,
+    ) -> None:
+        kind, category, layer = FAULTS.get(name, ("benign", name, "application"))
+        self.labels.append(
+            {
+                "fault_id": fault_id,
+                "fault": name,
+                "kind": kind,
+                "category": category,
+                "layer": layer,
+                "onset_ts": rfc3339(onset),
+                "job_id": job.job_id if job else None,
+                "nodes": nodes,
+                "ranks": ranks or [],
+                "gpus": gpus or [],
+            }
+        )
+
+    # -- records -----------------------------------------------------------------------
+    def log(
+        self, sink: Sink, ts: float, job: JobSim | None, node: str, rank: int | None, line: str, source: str = "app"
+    ) -> None:
+        rec: dict[str, Any] = {
+            "ts": rfc3339(ts),
+            "job_id": job.job_id if job else None,
+            "node": node,
+            "source": source,
+            "line": line,
+        }
+        if rank is not None:
+            rec["rank"] = rank
+        sink.put("logs", ts, rec)
+
+    def sched(self, sink: Sink, ts: float, job: JobSim, state: str, exit_code: int | None = None) -> None:
+        rec: dict[str, Any] = {
+            "ts": rfc3339(ts),
+            "kind": "job",
+            "job_id": job.job_id,
+            "state": state,
+            "nodes": job.nodes,
+            "ranks_per_node": GPUS_PER_NODE,
+        }
+        if exit_code is not None:
+            rec["exit_code"] = exit_code
+        sink.put("scheduler", ts, rec)
+
+    def progress_line(self, job: JobSim, step: int, step_time: float, loss: str) -> str:
+        if job.framework == "torchtitan":
+            return (
+                f"step: {step:>5}  loss: {loss}  memory: 41.20GiB(52.07%)  tps: {int(8192 / step_time):,}  mfu: 41.3%"
+            )
+        if job.framework == "deepspeed":
+            return (
+                f"[INFO] [timer.py:260:stop] epoch=0/micro_step={step * 4}/global_step={step}, "
+                f"RunningAvgSamplesPerSec={256 / step_time:.2f}, CurrSamplesPerSec={256 / step_time:.2f}"
+            )
+        return (
+            f"[default0]: iteration {step:>8}/  100000 | consumed samples: {step * 512:>10} | "
+            f"elapsed time per iteration (ms): {step_time * 1000:.1f} | learning rate: 1.000E-04 | "
+            f"global batch size:   512 | lm loss: {loss} | grad norm: 0.31 | number of nan iterations:   0 |"
+        )
+
+    # -- simulation -----------------------------------------------------------------------
+    def start_job(self, sink: Sink, job: JobSim) -> None:
+        for node in job.nodes:
+            self.node_job[node] = job
+        job.next_ts = job.start + 25.0 + self.rng.uniform(0, 10)  # launcher, imports, first compile
+        self.sched(sink, job.start, job, "RUNNING")
+
+    def end_job(self, sink: Sink, job: JobSim, ts: float, state: str, exit_code: int | None = None) -> None:
+        """The job stops stepping now; the scheduler sees it end (and frees its nodes) at ``ts``."""
+        if job.ended:
+            return
+        job.ended = True
+        job.end_at = ts
+        job.stalled_at = job.stalled_at or ts
+        self.sched(sink, ts, job, state, exit_code)
+
+    def advance_job(self, sink: Sink, job: JobSim, t1: float) -> None:
+        rng = self.rng
+        while not job.ended and job.stalled_at is None and job.next_ts < min(t1, job.end):
+            ts = job.next_ts
+            if job.fault is not None and job.fault.at <= ts and not getattr(job, "_fault_done", False):
+                job._fault_done = True  # type: ignore[attr-defined]
+                self.inject(sink, job, job.fault)
+                if job.stalled_at is not None:
+                    break
+            if job.pauses and ts >= job.pauses[0][0]:
+                _, seconds, phase = job.pauses.pop(0)
+                if phase == "checkpoint":
+                    self.log(sink, ts, job, job.nodes[0], 0, f"[default0]: saving checkpoint at iteration {job.step}")
+                    self.log(
+                        sink,
+                        ts + seconds,
+                        job,
+                        job.nodes[0],
+                        0,
+                        f"[default0]:   successfully saved checkpoint at iteration {job.step}",
+                    )
+                else:
+                    self.log(sink, ts, job, job.nodes[0], 0, "[default0]: Running Evaluation")
+                    self.log(sink, ts + seconds, job, job.nodes[0], 0, "[default0]: evaluation done")
+                job.next_ts = ts + seconds
+                continue
+            compute = {r: job.step_s * 0.7 * rng.uniform(0.97, 1.03) for r in range(job.ranks)}
+            comm = 0.3 * job.step_s
+            if job.slow is not None and ts >= job.slow[0]:
+                _frm, rank, factor = job.slow
+                if rank >= 0:
+                    compute[rank] *= factor
+                else:
+                    comm *= factor * 2.0  # a slow NIC stretches every collective
+            step_time = (max(compute.values()) + comm) * rng.uniform(0.99, 1.01)
+            if job.step < 3:
+                step_time *= 3.0
+            job.step += 1
+            ts += step_time
+            loss = "nan" if job.nan_from is not None and ts >= job.nan_from else f"{2.5 - job.step * 1e-4:.6E}"
+            if job.framework == "per_rank":
+                for r in range(job.ranks):
+                    sink.put(
+                        "progress",
+                        ts,
+                        {
+                            "ts": round(ts + rng.uniform(0, 0.05), 4),
+                            "job_id": job.job_id,
+                            "node": job.node_of(r),
+                            "rank": r,
+                            "step": job.step,
+                            "step_time_s": round(step_time, 4),
+                            "compute_time_s": round(compute[r], 4),
+                        },
+                    )
+                if loss == "nan":
+                    self.log(
+                        sink,
+                        ts,
+                        job,
+                        job.nodes[0],
+                        0,
+                        f"[default0]: iteration {job.step} | lm loss: nan | grad norm: nan |",
+                    )
+            else:
+                self.log(sink, ts, job, job.nodes[0], 0, self.progress_line(job, job.step, step_time, loss))
+                if loss == "nan" and job.framework == "deepspeed":  # its timer lines carry no loss
+                    self.log(
+                        sink,
+                        ts,
+                        job,
+                        job.nodes[0],
+                        0,
+                        f"[INFO] [logging.py:96:log_dist] [Rank 0] step={job.step}, skipped=0, loss=nan",
+                    )
+            job.next_ts = ts
+        if not job.ended and job.stalled_at is None and job.next_ts >= job.end:
+            self.end_job(sink, job, job.end, job.end_state, 0 if job.end_state == "COMPLETED" else None)
+
+    def inject(self, sink: Sink, job: JobSim, fault: Fault) -> None:
+        """Apply a fault to a running job at ``fault.at``: its records, its effects, its label."""
+        t = fault.at
+        node = job.nodes[fault.node_index % len(job.nodes)]
+        g = fault.gpu
+        rank = (fault.node_index % len(job.nodes)) * GPUS_PER_NODE + g
+        fid = f"f-{fault.name}-{job.job_id}"
+        name = fault.name
+        xids = {"xid79": 79, "xid48": 48, "xid94": 94, "xid95": 95, "row_remap_failure": 64, "nvlink": 74, "gsp": 119}
+        if name in xids:
+            code = xids[name]
+            self.log(
+                sink,
+                t,
+                None,
+                node,
+                None,
+                f"NVRM: Xid (PCI:0000:{0x1B + g * 0x10:02x}:00): {code}, pid=4411, name=python",
+                source="kernel",
+            )
+            if name == "xid79":
+                job.gone[(node, g)] = t
+                what = "CUDA error: unspecified launch failure"
+            elif name in ("xid48", "xid95", "row_remap_failure"):
+                what = "CUDA error: uncorrectable ECC error encountered"
+                self.dbe_at[(node, g)] = t
+            else:
+                what = (
+                    "CUDA error: an illegal memory access was encountered"
+                    if name == "xid94"
+                    else "CUDA error: unspecified launch failure"
+                )
+            self.crash_cascade(sink, job, t, node, what, hidden=False)
+            self.label(fid, name, t, job, [node], [], [f"{node}/{g}"])
+        elif name == "ib_link_flap":
+            self.log(
+                sink,
+                t,
+                None,
+                node,
+                None,
+                f"{node}:3468:3905 [4] NCCL WARN NET/IB : Got async event : port error",
+                source="app",
+            )
+            self.crash_cascade(
+                sink, job, t + 1.0, node, "NCCL error: remote process exited or there was a network error", hidden=False
+            )
+            self.label(fid, name, t, job, [node])
+        elif name == "hidden_root_cascade":
+            self.log(
+                sink,
+                t,
+                None,
+                node,
+                None,
+                "Out of memory: Killed process 7731 (python) total-vm:98765432kB",
+                source="kernel",
+            )
+            job.stalled_at = t
+            for r in range(job.ranks):
+                if job.node_of(r) != node:
+                    self.log(sink, t + WATCHDOG_S + r * 0.01, job, job.node_of(r), r, self.watchdog_line(r, job.step))
+            self.end_job(sink, job, t + WATCHDOG_S + 5, "FAILED", 1)
+            self.label(fid, name, t, job, [node])
+        elif name in ("illegal_address", "cuda_oom"):
+            what = (
+                "RuntimeError: CUDA error: an illegal memory access was encountered"
+                if name == "illegal_address"
+                else "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+            )
+            self.log(sink, t, job, node, rank, f"[rank{rank}]: {what}")
+            self.crash_cascade(sink, job, t + 0.5, node, what, hidden=False, log_root=False)
+            self.label(fid, name, t, job, [node], [rank])
+        elif name == "lemon_node":
+            self.log(sink, t, job, node, rank, f"[rank{rank}]: RuntimeError: CUDA error: unspecified launch failure")
+            self.crash_cascade(sink, job, t + 0.5, node, "", hidden=False, log_root=False)
+            self.label(fid, name, t, job, [node], [rank])
+        elif name == "nan_loss":
+            job.nan_from = t
+            self.label(fid, name, t, job, [])
+        elif name in ("hang_silent", "hang_watchdog"):
+            job.stalled_at = t
+            job.idle_gpu = (node, g)
+            if name == "hang_watchdog":
+                for r in range(job.ranks):
+                    self.log(sink, t + WATCHDOG_S + r * 0.01, job, job.node_of(r), r, self.watchdog_line(r, job.step))
+                self.end_job(sink, job, t + WATCHDOG_S + 5, "FAILED", 1)
+            else:
+                self.end_job(sink, job, t + 1500, "CANCELLED")  # somebody notices, eventually
+            self.label(fid, name, t, job, [node], [rank], [f"{node}/{g}"])
+        elif name == "thermal_straggler":
+            job.slow = (t, rank, 1.6)
+            job.hot[(node, g)] = t
+            self.label(fid, name, t, job, [node], [rank], [f"{node}/{g}"])
+        elif name == "slow_nic":
+            job.slow = (t, -1, 1.8)
+            self.label(fid, name, t, job, [node])
+        else:
+            raise ValueError(f"fault {name!r} cannot be injected into a job")
+
+    def watchdog_line(self, rank: int, step: int) -> str:
+        return (
+            f"[rank{rank}]:[E1201 10:35:00.5 ProcessGroupNCCL.cpp:607] [Rank {rank}] Watchdog caught collective "
+            f"operation timeout: WorkNCCL(SeqNum={step * 4}, OpType=ALLREDUCE, Timeout(ms)=600000) ran for "
+            "600013 milliseconds before timing out."
+        )
+
+    def crash_cascade(
+        self, sink: Sink, job: JobSim, t: float, node: str, what: str, hidden: bool, log_root: bool = True
+    ) -> None:
+        """The ranks of ``node`` print ``what``; the others time out; torchrun gives up; the job fails."""
+        job.stalled_at = t
+        for r in range(job.ranks):
+            if job.node_of(r) == node and log_root and what:
+                self.log(sink, t + 0.5 + r * 0.01, job, node, r, f"[rank{r}]: RuntimeError: {what}")
+        for r in range(job.ranks):
+            if job.node_of(r) != node:
+                self.log(sink, t + 30 + r * 0.01, job, job.node_of(r), r, self.watchdog_line(r, job.step))
+        self.log(
+            sink,
+            t + 32,
+            job,
+            job.nodes[0],
+            None,
+            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: failed (exitcode: 1) local_rank: 0",
+        )
+        self.end_job(sink, job, t + 35, "FAILED", 1)
+
+    def gpu_samples(self, sink: Sink, t0: float, t1: float) -> None:
+        rng = self.rng
+        t = t0
+        while t < t1:
+            for node in self.nodes:
+                job = self.node_job.get(node)
+                if job is not None and t >= job.end_at:
+                    del self.node_job[node]  # the scheduler has released the node
+                    job = None
+                running = job is not None and job.start <= t and (job.stalled_at is None or job.idle_gpu)
+                for g in range(GPUS_PER_NODE):
+                    if job is not None and (node, g) in job.gone and t >= job.gone[(node, g)]:
+                        continue
+                    c = self.counters[(node, g)]
+                    if node in self.resets and t >= self.resets[node]:
+                        c[:] = [0, 0, 0, 0]
+                    if rng.random() < 0.01:
+                        c[0] += 1
+                    dbe = self.dbe_at.get((node, g))
+                    if dbe is not None and t >= dbe:
+                        c[1] += 1
+                        del self.dbe_at[(node, g)]
+                    since = self.degrading.get((node, g))
+                    if since is not None and t >= since:
+                        c[0] += rng.randint(15, 30)
+                    busy = running and job is not None and job.stalled_at is None
+                    sample: dict[str, Any] = {
+                        "ts": round(t + rng.uniform(0, 0.5), 3),
+                        "node": node,
+                        "gpu": g,
+                        "util_pct": rng.uniform(92, 100) if busy else 0.0,
+                        "mem_used_mib": 61000 + rng.uniform(-500, 500) if busy else 500.0,
+                        "temp_c": rng.uniform(62, 68) if busy else rng.uniform(32, 36),
+                        "power_w": rng.uniform(520, 600) if busy else rng.uniform(65, 75),
+                        "sm_clock_mhz": 1980.0 if busy else 345.0,
+                        "ecc_sbe_total": c[0],
+                        "ecc_dbe_total": c[1],
+                        "pcie_replay_total": c[2],
+                        "nvlink_crc_total": c[3],
+                        "throttle_reasons": 0,
+                        "xid": None,
+                    }
+                    if job is not None and job.idle_gpu is not None and job.stalled_at is not None and running:
+                        spinning = (node, g) != job.idle_gpu
+                        sample.update(
+                            util_pct=rng.uniform(97, 100) if spinning else 0.0,
+                            power_w=rng.uniform(130, 160) if spinning else rng.uniform(65, 75),
+                            temp_c=rng.uniform(45, 50) if spinning else rng.uniform(35, 38),
+                            sm_clock_mhz=1980.0 if spinning else 345.0,
+                        )
+                    if busy and job is not None and (node, g) in job.hot and t >= job.hot[(node, g)]:
+                        sample.update(sm_clock_mhz=1410.0, temp_c=rng.uniform(86, 89), throttle_reasons=0x20)
+                    sink.put("gpu", sample["ts"], sample)
+            for node in [n for n, when in self.resets.items() if t >= when]:
+                del self.resets[node]
+            t += self.gpu_interval_s
+
+
+# --------------------------------------------------------------------------- presets
+def _plan(sim: ClusterSim, faults: list[str], jobs: int, nodes_per_job: int, benign: bool) -> None:
+    """Lay out jobs over the cluster and assign faults and confounders to them."""
+    rng = sim.rng
+    d = sim.duration_s
+    t0 = BASE_TS
+    free = list(sim.nodes)
+    rng.shuffle(free)
+    idle_pool = free[jobs * nodes_per_job :]
+    frameworks = ("megatron", "per_rank", "torchtitan", "deepspeed")
+    job_faults = [f for f in faults if f != "degraded_idle_node"]
+    lemon = free[0]  # the lemon node hosts a job, fails, and is handed to the next job that fails too
+    for j in range(jobs):
+        nodes = free[j * nodes_per_job : (j + 1) * nodes_per_job]
+        start = t0 + rng.uniform(0, 0.1) * d
+        end = t0 + d * rng.uniform(0.85, 1.0)
+        framework = frameworks[j % len(frameworks)]
+        if j < len(job_faults) and job_faults[j] in ("thermal_straggler", "slow_nic"):
+            framework = "per_rank"  # rank timings to localise by
+        job = JobSim(str(20_000 + j), nodes, start, end, step_s=rng.choice((1.0, 1.5, 2.0, 3.0)), framework=framework)
+        if j < len(job_faults):
+            name = job_faults[j]
+            at = t0 + d * rng.uniform(0.3, 0.6)
+            if name == "lemon_node":
+                job.nodes = [lemon, *[n for n in nodes if n != lemon][: nodes_per_job - 1]]
+                at = t0 + d * rng.uniform(0.25, 0.7)
+                job.fault = Fault(name, at, node_index=0, gpu=rng.randrange(GPUS_PER_NODE))
+            else:
+                job.fault = Fault(name, at, node_index=rng.randrange(nodes_per_job), gpu=rng.randrange(GPUS_PER_NODE))
+        elif benign:
+            kind = BENIGN[(j - len(job_faults)) % len(BENIGN)]
+            at = t0 + d * rng.uniform(0.3, 0.6)
+            if kind == "long_checkpoint":
+                job.pauses.append((at, rng.uniform(240, 480), "checkpoint"))
+            elif kind == "eval_phase":
+                job.pauses.append((at, rng.uniform(60, 180), "eval"))
+            elif kind == "user_cancel":
+                job.end, job.end_state = at, "CANCELLED"
+            elif kind == "restart_warmup":
+                job.start = at  # starts late: its warm-up is inside the window
+            elif kind == "counter_reset" and idle_pool:
+                sim.resets[idle_pool[-1]] = at
+                sim.label(f"b-{kind}-{j}", kind, at, None, [idle_pool[-1]])
+                sim.jobs.append(job)
+                continue
+            sim.label(f"b-{kind}-{job.job_id}", kind, at, job, [])
+        sim.jobs.append(job)
+    for name in faults:
+        if name == "degraded_idle_node" and idle_pool:
+            node = idle_pool.pop(0)
+            g = rng.randrange(GPUS_PER_NODE)
+            at = t0 + d * rng.uniform(0.3, 0.6)
+            sim.degrading[(node, g)] = at
+            sim.label(f"f-degraded-{node}", name, at, None, [node], [], [f"{node}/{g}"])
+
+
+def build(preset: str, seed: int, nodes: int | None = None, minutes: float | None = None) -> ClusterSim:
+    """A planned simulation for a preset: ``default``, ``llama3`` or ``scale``."""
+    rng = random.Random(seed)
+    if preset == "default":
+        sim = ClusterSim(seed, nodes or 96, (minutes or 60) * 60)
+        faults = list(FAULTS)
+        _plan(sim, faults, jobs=len(faults) - 1 + len(BENIGN) * 2, nodes_per_job=2, benign=True)
+    elif preset == "llama3":
+        sim = ClusterSim(seed, nodes or 128, (minutes or 60) * 60)
+        names = list(LLAMA3_MIX)
+        faults = rng.choices(names, weights=[LLAMA3_MIX[n] for n in names], k=24)
+        _plan(sim, [*faults, "degraded_idle_node"], jobs=40, nodes_per_job=2, benign=True)
+    elif preset == "scale":
+        sim = ClusterSim(seed, nodes or 1250, (minutes or 60) * 60)
+        names = list(LLAMA3_MIX)
+        faults = rng.choices(names, weights=[LLAMA3_MIX[n] for n in names], k=30)
+        _plan(sim, faults, jobs=(nodes or 1250) // 8, nodes_per_job=8, benign=True)
+    else:
+        raise ValueError(f"unknown preset {preset!r}; the presets are: default, llama3, scale.")
+    return sim
+
+
+def stream(sim: ClusterSim, chunk_s: float = 60.0) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The scenario's records as ``(topic, record)`` in timestamp order, one chunk at a time."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    sink = Sink(lambda topic, record: out.append((topic, record)))
+    pending = sorted(sim.jobs, key=lambda j: j.start)
+    running: list[JobSim] = []
+    t = BASE_TS
+    end = BASE_TS + sim.duration_s
+    while t < end:
+        t1 = min(t + chunk_s, end)
+        while pending and pending[0].start < t1:
+            job = pending.pop(0)
+            sim.start_job(sink, job)
+            running.append(job)
+        for job in running:
+            sim.advance_job(sink, job, t1)
+        running = [j for j in running if not j.ended]
+        sim.gpu_samples(sink, t, t1)
+        sink.flush(t1)
+        yield from out
+        out.clear()
+        t = t1
+    sink.flush(float("inf"))
+    yield from out
+
+
+class _Writers:
+    def __init__(self, out: Path) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        self.files = {t: (out / f"{t}.jsonl").open("wb") for t in ("logs", "progress", "gpu", "scheduler")}
+        self.enc = msgspec.json.Encoder()
+        self.counts = dict.fromkeys(self.files, 0)
+
+    def write(self, topic: str, record: dict[str, Any]) -> None:
+        self.files[topic].write(self.enc.encode(record) + b"\n")
+        self.counts[topic] += 1
+
+    def close(self) -> None:
+        for fh in self.files.values():
+            fh.close()
+
+
+def write_scenario(
+    preset: str, seed: int, out: Path, nodes: int | None = None, minutes: float | None = None
+) -> dict[str, int]:
+    """Generate a preset into a replay directory (JSON Lines + labels.jsonl); returns records per topic."""
+    sim = build(preset, seed, nodes, minutes)
+    writers = _Writers(out)
+    try:
+        for topic, record in stream(sim):
+            writers.write(topic, record)
+    finally:
+        writers.close()
+    with (out / "labels.jsonl").open("wb") as fh:
+        fh.writelines(writers.enc.encode(label) + b"\n" for label in sorted(sim.labels, key=lambda x: x["onset_ts"]))
+    return writers.counts

@@ -1,0 +1,199 @@
+"""Score a replay's anomalies (and actions) against a scenario's labels.
+
+Matching: an anomaly *explains* a labelled fault when it names the fault's job (or,
+for a fault with no job, one of its nodes) and was detected between one minute
+before the fault's onset and ``window_s`` after it. Every anomaly that explains no
+fault is a false positive — including those raised on benign confounders.
+
+- **recall** per fault kind: faults explained by an anomaly of a compatible kind;
+- **precision** per anomaly kind: anomalies that explain some fault;
+- **latency**: onset → the first compatible anomaly's ``detected_at`` (event time);
+- **localisation**: the anomaly names one of the fault's nodes (rank, GPU when labelled);
+- **layer**: the anomaly's layer equals the label's;
+- **actions**: a drain is *wrongful* when its node is in no hardware fault's nodes or it
+  answers an application fault; a hardware fault with nodes and no drain is *missing*.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import polars as pl
+
+# Which anomaly kinds can explain which fault kinds.
+COMPATIBLE: dict[str, set[str]] = {
+    "crash": {"crash"},
+    "hang": {"hang", "crash"},  # a hang is also fine to catch by its watchdog cascade
+    "straggler": {"straggler", "gpu_degraded"},
+    "numerics": {"numerics"},
+    "node_unhealthy": {"node_unhealthy", "gpu_degraded"},
+    "gpu_degraded": {"gpu_degraded", "node_unhealthy"},
+}
+WINDOW_S: dict[str, float] = {"crash": 900.0, "hang": 1800.0, "straggler": 1800.0, "numerics": 900.0}
+DEFAULT_WINDOW_S = 1800.0
+
+
+def _ts(value: Any) -> float:
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, datetime):
+        return value.timestamp()
+    return datetime.fromisoformat(str(value)).timestamp()
+
+
+def load_labels(path: Path) -> list[dict[str, Any]]:
+    labels = [msgspec.json.decode(line) for line in path.read_bytes().splitlines() if line.strip()]
+    for label in labels:
+        label["onset"] = _ts(label["onset_ts"])
+    return labels
+
+
+def load_archive(path: Path) -> list[dict[str, Any]]:
+    """Rows of an archive dataset (a directory of Parquet files), times as epoch seconds."""
+    files = sorted(path.rglob("*.parquet"))
+    if not files:
+        return []
+    frame = pl.read_parquet(files)
+    rows = frame.to_dicts()
+    for row in rows:
+        for key in ("detected_at", "onset_ts", "decided_at", "applied_at"):
+            if row.get(key) is not None:
+                row[key] = _ts(row[key])
+    return rows
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+@dataclass
+class KindScore:
+    labelled: int = 0
+    detected: int = 0
+    anomalies: int = 0
+    explained: int = 0
+    latencies: list[float] = field(default_factory=list)
+    localised: int = 0
+    localisable: int = 0
+    layer_right: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        precision = self.explained / self.anomalies if self.anomalies else None
+        recall = self.detected / self.labelled if self.labelled else None
+        f1 = (2 * precision * recall / (precision + recall)) if precision and recall else None
+        return {
+            "labelled": self.labelled,
+            "detected": self.detected,
+            "anomalies": self.anomalies,
+            "precision": precision,
+            "recall": recall,
+            "f1": f1,
+            "latency_p50_s": _quantile(self.latencies, 0.5),
+            "latency_p90_s": _quantile(self.latencies, 0.9),
+            "latency_p99_s": _quantile(self.latencies, 0.99),
+            "localisation": self.localised / self.localisable if self.localisable else None,
+            "layer_accuracy": self.layer_right / self.detected if self.detected else None,
+        }
+
+
+def _explains(anomaly: dict[str, Any], label: dict[str, Any]) -> bool:
+    if label["job_id"] is not None:
+        place = anomaly.get("job_id") == label["job_id"] or (
+            anomaly.get("job_id") is None and bool(set(anomaly.get("nodes") or []) & set(label["nodes"]))
+        )
+    else:
+        place = bool(set(anomaly.get("nodes") or []) & set(label["nodes"]))
+    window = WINDOW_S.get(label["kind"], DEFAULT_WINDOW_S)
+    return place and label["onset"] - 60.0 <= anomaly["detected_at"] <= label["onset"] + window
+
+
+def score(
+    labels: list[dict[str, Any]], anomalies: list[dict[str, Any]], actions: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    faults = [lab for lab in labels if lab["kind"] != "benign"]
+    by_kind: dict[str, KindScore] = defaultdict(KindScore)
+    explained_ids: set[str] = set()
+    for label in faults:
+        ks = by_kind[label["kind"]]
+        ks.labelled += 1
+        matches = [a for a in anomalies if _explains(a, label)]
+        explained_ids.update(a["anomaly_id"] for a in matches)
+        compatible = sorted(
+            (a for a in matches if a["kind"] in COMPATIBLE.get(label["kind"], {label["kind"]})),
+            key=lambda a: a["detected_at"],
+        )
+        label["_matched"] = compatible
+        if not compatible:
+            continue
+        first = compatible[0]
+        ks.detected += 1
+        ks.latencies.append(max(0.0, first["detected_at"] - label["onset"]))
+        ks.layer_right += first.get("layer") == label["layer"]
+        if label["nodes"]:
+            ks.localisable += 1
+            ks.localised += any(set(a.get("nodes") or []) & set(label["nodes"]) for a in compatible)
+    for anomaly in anomalies:
+        ks = by_kind[anomaly["kind"]]
+        ks.anomalies += 1
+        ks.explained += anomaly["anomaly_id"] in explained_ids
+    report: dict[str, Any] = {
+        "faults": len(faults),
+        "anomalies": len(anomalies),
+        "false_positives": [
+            {k: a.get(k) for k in ("anomaly_id", "kind", "category", "job_id", "nodes", "detected_at")}
+            for a in anomalies
+            if a["anomaly_id"] not in explained_ids
+        ],
+        "missed": [
+            {k: lab[k] for k in ("fault_id", "kind", "category", "job_id", "nodes")}
+            for lab in faults
+            if not lab["_matched"]
+        ],
+        "by_kind": {kind: ks.summary() for kind, ks in sorted(by_kind.items())},
+    }
+    if actions is not None:
+        report["actions"] = score_actions(labels, anomalies, actions)
+    return report
+
+
+def score_actions(
+    labels: list[dict[str, Any]], anomalies: list[dict[str, Any]], actions: list[dict[str, Any]]
+) -> dict[str, Any]:
+    faults = [lab for lab in labels if lab["kind"] != "benign"]
+    hardware_nodes = {n for lab in faults if lab["layer"] == "hardware" for n in lab["nodes"]}
+    by_id = {a["anomaly_id"]: a for a in anomalies}
+    drains = [x for x in actions if x["action"] == "drain_node"]
+    wrongful = []
+    for drain in drains:
+        anomaly = by_id.get(drain["anomaly_id"], {})
+        application = (
+            any(lab["layer"] == "application" and _explains(anomaly, lab) for lab in faults) if anomaly else False
+        )
+        if drain["target"] not in hardware_nodes or application:
+            wrongful.append(
+                {
+                    "target": drain["target"],
+                    "anomaly_id": drain["anomaly_id"],
+                    "why": "application fault" if application else "no hardware fault on this node",
+                }
+            )
+    drained = {d["target"] for d in drains}
+    missing = [
+        lab["fault_id"]
+        for lab in faults
+        if lab["layer"] == "hardware" and lab["nodes"] and not set(lab["nodes"]) & drained
+    ]
+    return {
+        "drains": len(drains),
+        "correct_drains": len(drains) - len(wrongful),
+        "wrongful": wrongful,
+        "missing_drains": missing,
+    }

@@ -615,33 +615,125 @@ def stream(sim: ClusterSim, chunk_s: float = 60.0) -> Iterator[tuple[str, dict[s
     yield from out
 
 
+_SCHEMAS = {
+    "logs": [
+        ("ts", "string"),
+        ("job_id", "string"),
+        ("node", "string"),
+        ("rank", "int64"),
+        ("source", "string"),
+        ("line", "string"),
+    ],
+    "progress": [
+        ("ts", "float64"),
+        ("job_id", "string"),
+        ("node", "string"),
+        ("rank", "int64"),
+        ("step", "int64"),
+        ("step_time_s", "float64"),
+        ("compute_time_s", "float64"),
+    ],
+    "gpu": [
+        ("ts", "float64"),
+        ("node", "string"),
+        ("gpu", "int64"),
+        ("util_pct", "float64"),
+        ("mem_used_mib", "float64"),
+        ("temp_c", "float64"),
+        ("power_w", "float64"),
+        ("sm_clock_mhz", "float64"),
+        ("ecc_sbe_total", "int64"),
+        ("ecc_dbe_total", "int64"),
+        ("pcie_replay_total", "int64"),
+        ("nvlink_crc_total", "int64"),
+        ("throttle_reasons", "int64"),
+        ("xid", "int64"),
+        ("remapped_rows_pending", "int64"),
+    ],
+    "scheduler": [
+        ("ts", "string"),
+        ("kind", "string"),
+        ("job_id", "string"),
+        ("state", "string"),
+        ("nodes", "list<string>"),
+        ("ranks_per_node", "int64"),
+        ("exit_code", "int64"),
+    ],
+}
+
+
 class _Writers:
-    def __init__(self, out: Path) -> None:
+    """Per-topic JSON Lines files, or Parquet files written one row group per 50,000 records."""
+
+    def __init__(self, out: Path, fmt: str) -> None:
         out.mkdir(parents=True, exist_ok=True)
-        self.files = {t: (out / f"{t}.jsonl").open("wb") for t in ("logs", "progress", "gpu", "scheduler")}
+        self.out = out
+        self.fmt = fmt
         self.enc = msgspec.json.Encoder()
-        self.counts = dict.fromkeys(self.files, 0)
+        self.counts = dict.fromkeys(_SCHEMAS, 0)
+        self.files = {t: (out / f"{t}.jsonl").open("wb") for t in _SCHEMAS} if fmt == "jsonl" else {}
+        self.buffers: dict[str, list[dict[str, Any]]] = {t: [] for t in _SCHEMAS}
+        self.parquet: dict[str, Any] = {}
 
     def write(self, topic: str, record: dict[str, Any]) -> None:
-        self.files[topic].write(self.enc.encode(record) + b"\n")
         self.counts[topic] += 1
+        if self.fmt == "jsonl":
+            self.files[topic].write(self.enc.encode(record) + b"\n")
+            return
+        self.buffers[topic].append(record)
+        if len(self.buffers[topic]) >= 50_000:
+            self._flush(topic)
+
+    def _flush(self, topic: str) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        rows = self.buffers[topic]
+        if not rows:
+            return
+        types = {
+            "string": pa.string(),
+            "int64": pa.int64(),
+            "float64": pa.float64(),
+            "list<string>": pa.list_(pa.string()),
+        }
+        schema = pa.schema([(name, types[kind]) for name, kind in _SCHEMAS[topic]])
+        if topic not in self.parquet:
+            self.parquet[topic] = pq.ParquetWriter(self.out / f"{topic}.parquet", schema, compression="zstd")
+        self.parquet[topic].write_table(pa.Table.from_pylist(rows, schema=schema))
+        rows.clear()
 
     def close(self) -> None:
         for fh in self.files.values():
             fh.close()
+        for topic in self.buffers:
+            self._flush(topic)
+        for writer in self.parquet.values():
+            writer.close()
 
 
 def write_scenario(
-    preset: str, seed: int, out: Path, nodes: int | None = None, minutes: float | None = None
+    preset: str, seed: int, out: Path, nodes: int | None = None, minutes: float | None = None, fmt: str = "jsonl"
 ) -> dict[str, int]:
-    """Generate a preset into a replay directory (JSON Lines + labels.jsonl); returns records per topic."""
+    """Generate a preset into a replay directory (JSON Lines or Parquet, plus labels.jsonl).
+
+    Returns the records written per topic.
+    """
+    if fmt not in ("jsonl", "parquet"):
+        raise ValueError(f"unknown format {fmt!r}; use jsonl or parquet.")
     sim = build(preset, seed, nodes, minutes)
-    writers = _Writers(out)
+    writers = _Writers(out, fmt)
     try:
         for topic, record in stream(sim):
             writers.write(topic, record)
     finally:
         writers.close()
-    with (out / "labels.jsonl").open("wb") as fh:
-        fh.writelines(writers.enc.encode(label) + b"\n" for label in sorted(sim.labels, key=lambda x: x["onset_ts"]))
+    write_labels(sim, out)
     return writers.counts
+
+
+def write_labels(sim: ClusterSim, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    enc = msgspec.json.Encoder()
+    with (out / "labels.jsonl").open("wb") as fh:
+        fh.writelines(enc.encode(label) + b"\n" for label in sorted(sim.labels, key=lambda x: x["onset_ts"]))

@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from dataflows.archive import flush_open_archives
-from dataflows.config import ConfigError, Settings, load_settings
+from dataflows.cli_common import BrokersOpt, ConfigOpt, WorkersOpt, brokers_list, console, fail, settings_from
+from dataflows.cli_scenarios import register as register_scenario_commands
+from dataflows.config import ConfigError
 from dataflows.logimport import LogImportError, import_logs
 from dataflows.replay import ReplayError, ReplaySource, count_records
 from detectors.events import Action, Anomaly, DeadLetter
@@ -25,27 +26,9 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Streaming anomaly detection and recovery actions for GPU training jobs.",
 )
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
-
 DEMO_DIR = Path(__file__).resolve().parent.parent / "datasets" / "samples" / "demo"
-
-ConfigOpt = Annotated[
-    Path | None, typer.Option("--config", "-c", envvar="TRAINGUARD_CONFIG", help="YAML settings file.")
-]
-WorkersOpt = Annotated[int, typer.Option("--workers", "-w", min=1, max=64, help="Bytewax worker threads.")]
-
-
-def _fail(message: str) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
-    return typer.Exit(2)
-
-
-def _settings(config: Path | None) -> Settings:
-    try:
-        return load_settings(config)
-    except ConfigError as exc:
-        raise _fail(str(exc)) from None
+_fail = fail
+_settings = settings_from
 
 
 class RunReport:
@@ -172,7 +155,7 @@ def replay(
 def demo(
     out: Annotated[Path, typer.Option("--out", "-o", help="Archive directory.")] = Path("trainguard-out/demo"),
 ) -> None:
-    """Replay the bundled scenario (one crash, one hang, one straggler) with no broker needed."""
+    """Replay the bundled scenario (a crash, a hang, a straggler, a failing idle GPU) with no broker needed."""
     console.print(f"Replaying the bundled scenario from {DEMO_DIR} …")
     report = _replay(DEMO_DIR, out, None, None, 1, quiet=False)
     report.print_summary(out)
@@ -195,9 +178,7 @@ def demo(
 
 @app.command()
 def run(
-    brokers: Annotated[
-        str, typer.Option(envvar="TRAINGUARD_BROKERS", help="Comma-separated Kafka bootstrap servers, host:port.")
-    ] = "",
+    brokers: BrokersOpt = "",
     topic: Annotated[
         list[str] | None,
         typer.Option("--topic", help="Map a stream to a topic name: STREAM=TOPIC (e.g. logs=prod.train.logs)."),
@@ -214,7 +195,7 @@ def run(
 
     settings = _settings(config)
     if brokers:
-        settings.kafka.brokers = [b.strip() for b in brokers.split(",") if b.strip()]
+        settings.kafka.brokers = brokers_list(brokers)
     for mapping in topic or []:
         stream, sep, name = mapping.partition("=")
         if not sep or stream not in ("logs", "progress", "gpu", "scheduler") or not name:
@@ -263,9 +244,7 @@ def run(
 @app.command()
 def produce(
     directory: Annotated[Path, typer.Argument(help="Replay directory to publish.")],
-    brokers: Annotated[
-        str, typer.Option(envvar="TRAINGUARD_BROKERS", help="Comma-separated Kafka bootstrap servers, host:port.")
-    ] = "",
+    brokers: BrokersOpt = "",
     speed: Annotated[float | None, typer.Option(help="Event-time speed-up; default: as fast as possible.")] = None,
     create: Annotated[bool, typer.Option("--create-topics", help="Create missing topics first.")] = False,
     config: ConfigOpt = None,
@@ -275,7 +254,7 @@ def produce(
 
     settings = _settings(config)
     if brokers:
-        settings.kafka.brokers = [b.strip() for b in brokers.split(",") if b.strip()]
+        settings.kafka.brokers = brokers_list(brokers)
     if not settings.kafka.brokers:
         raise _fail("no Kafka brokers given; pass --brokers HOST:PORT or set TRAINGUARD_BROKERS.")
     if speed is not None and speed <= 0:
@@ -305,20 +284,8 @@ def import_logs_cmd(
     console.print(f"wrote {count} log records to {path}")
 
 
-@app.command()
-def generate(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Replay directory to write.")],
-    preset: Annotated[str, typer.Option(help="Scenario preset (only 'demo' so far).")] = "demo",
-    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
-) -> None:
-    """Write a labelled scenario as a replay directory."""
-    from datasets.scenario import demo as demo_scenario
-
-    if preset != "demo":
-        raise _fail(f"unknown preset {preset!r}; the presets are: demo.")
-    path = demo_scenario(seed).write(out)
-    console.print(f"wrote scenario {preset} (seed {seed}) to {path}")
-
-
 def main() -> None:
     app()
+
+
+register_scenario_commands(app)

@@ -280,3 +280,25 @@ def from_env() -> Dataflow:
         record_mapper=KafkaRecordMapper(settings.kafka),
         clock_partitions=inputs.clock_partitions,
     )
+
+
+def replay_in_process(
+    directory: Path,
+    settings: Settings | None = None,
+    archive: Path | None = None,
+    speed: float | None = None,
+    live: bool = False,
+) -> tuple[list[Anomaly], list[Action], list[DeadLetter]]:
+    """Run the real dataflow over a replay directory in this process and return its outputs."""
+    from bytewax.testing import run_main
+
+    from dataflows.replay import ReplaySource
+
+    anomalies: list[Anomaly] = []
+    actions: list[Action] = []
+    dead: list[DeadLetter] = []
+    outputs = Outputs(
+        archive=archive, on_anomalies=anomalies.extend, on_actions=actions.extend, on_dead_letters=dead.extend
+    )
+    run_main(build_flow(ReplaySource(directory, speed=speed), settings or Settings(), outputs, live=live))
+    return anomalies, actions, dead

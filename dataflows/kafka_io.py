@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -107,10 +108,17 @@ def produce_replay(directory: Path, settings: KafkaSettings, speed: float | None
     ``speed`` paces publication (60 = one hour of event time per minute); ``None``
     publishes as fast as the broker takes it. Returns records published per topic.
     """
+    return produce_records(((key, rec.topic, rec.payload) for key, rec in merged_records(directory)), settings, speed)
+
+
+def produce_records(
+    records: Iterable[tuple[float, str, bytes]], settings: KafkaSettings, speed: float | None = None
+) -> dict[str, int]:
+    """Publish ``(event time, stream, JSON bytes)`` records, in the order given, to the input topics."""
     producer = Producer({"bootstrap.servers": ",".join(settings.brokers), "linger.ms": 5, **settings.extra})
     counts: dict[str, int] = {}
     origin: tuple[float, float] | None = None
-    for key, rec in merged_records(directory):
+    for key, stream, payload in records:
         if speed is not None:
             if origin is None:
                 origin = (key, time.time())
@@ -120,12 +128,12 @@ def produce_replay(directory: Path, settings: KafkaSettings, speed: float | None
                 time.sleep(delay)
         while True:
             try:
-                producer.produce(settings.topic_for(rec.topic), rec.payload)
+                producer.produce(settings.topic_for(stream), payload)
                 break
             except BufferError:  # local queue full: let it drain
                 producer.poll(0.1)
         producer.poll(0)
-        counts[rec.topic] = counts.get(rec.topic, 0) + 1
+        counts[stream] = counts.get(stream, 0) + 1
     remaining = producer.flush(30)
     if remaining:
         raise RuntimeError(f"{remaining} records were not delivered to {','.join(settings.brokers)} within 30s")

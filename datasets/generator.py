@@ -522,7 +522,6 @@ def _plan(sim: ClusterSim, faults: list[str], jobs: int, nodes_per_job: int, ben
     idle_pool = free[jobs * nodes_per_job :]
     frameworks = ("megatron", "per_rank", "torchtitan", "deepspeed")
     job_faults = [f for f in faults if f != "degraded_idle_node"]
-    lemon = free[0]  # the lemon node hosts a job, fails, and is handed to the next job that fails too
     for j in range(jobs):
         nodes = free[j * nodes_per_job : (j + 1) * nodes_per_job]
         start = t0 + rng.uniform(0, 0.1) * d
@@ -534,10 +533,27 @@ def _plan(sim: ClusterSim, faults: list[str], jobs: int, nodes_per_job: int, ben
         if j < len(job_faults):
             name = job_faults[j]
             at = t0 + d * rng.uniform(0.3, 0.6)
-            if name == "lemon_node":
-                job.nodes = [lemon, *[n for n in nodes if n != lemon][: nodes_per_job - 1]]
-                at = t0 + d * rng.uniform(0.25, 0.7)
+            if name == "lemon_node" and len(idle_pool) >= nodes_per_job:
+                # A lemon node fails one job, then the next job placed on it: two failures, two jobs.
+                lemon = idle_pool.pop(0)
+                job.nodes = [lemon, *nodes[1:]]
+                at = t0 + d * rng.uniform(0.2, 0.35)
                 job.fault = Fault(name, at, node_index=0, gpu=rng.randrange(GPUS_PER_NODE))
+                again = at + 120.0
+                second = JobSim(
+                    str(30_000 + j),
+                    [lemon, *[idle_pool.pop(0) for _ in range(nodes_per_job - 1)]],
+                    again,
+                    end,
+                    step_s=job.step_s,
+                    framework="megatron",
+                )
+                second.fault = Fault(
+                    name, again + d * rng.uniform(0.1, 0.25), node_index=0, gpu=rng.randrange(GPUS_PER_NODE)
+                )
+                sim.jobs.append(second)
+            elif name == "lemon_node":
+                job.fault = Fault("illegal_address", at, node_index=0)  # no spare node for a lemon here
             else:
                 job.fault = Fault(name, at, node_index=rng.randrange(nodes_per_job), gpu=rng.randrange(GPUS_PER_NODE))
         elif benign:

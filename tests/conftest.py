@@ -14,11 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from bytewax.testing import run_main
 
 from dataflows.config import Settings
-from dataflows.flow import Outputs, build_flow
-from dataflows.replay import ReplaySource
+from dataflows.flow import replay_in_process
 from detectors.events import Action, Anomaly, DeadLetter
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,15 +42,7 @@ def replay(
     live: bool = False,
 ) -> RunResult:
     """Run the real dataflow over a replay directory, in-process, collecting its outputs."""
-    result = RunResult()
-    outputs = Outputs(
-        archive=archive,
-        on_anomalies=result.anomalies.extend,
-        on_actions=result.actions.extend,
-        on_dead_letters=result.dead.extend,
-    )
-    run_main(build_flow(ReplaySource(directory, speed=speed), settings or Settings(), outputs, live=live))
-    return result
+    return RunResult(*replay_in_process(directory, settings, archive, speed, live))
 
 
 @pytest.fixture(scope="session")

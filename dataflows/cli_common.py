@@ -1,0 +1,41 @@
+"""Pieces every ``trainguard`` command shares: consoles, option types, one-sentence errors."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from dataflows.config import ConfigError, Settings, load_settings
+
+# Wide enough for the score tables when output goes to a file or a CI log (Rich assumes 80 there).
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
+err_console = Console(stderr=True, highlight=False)
+
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", "-c", envvar="TRAINGUARD_CONFIG", help="YAML settings file.")
+]
+WorkersOpt = Annotated[int, typer.Option("--workers", "-w", min=1, max=64, help="Bytewax worker threads.")]
+BrokersOpt = Annotated[
+    str, typer.Option(envvar="TRAINGUARD_BROKERS", help="Comma-separated Kafka bootstrap servers, host:port.")
+]
+
+
+def fail(message: str) -> typer.Exit:
+    """Print one sentence on stderr; raise the returned exit (status 2)."""
+    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    return typer.Exit(2)
+
+
+def settings_from(config: Path | None) -> Settings:
+    try:
+        return load_settings(config)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+
+
+def brokers_list(brokers: str) -> list[str]:
+    return [b.strip() for b in brokers.split(",") if b.strip()]

@@ -185,11 +185,6 @@ def tune(
     config: ConfigOpt = None,
 ) -> None:
     """Sweep detector settings by replaying labelled scenarios; print the precision/recall/latency frontier."""
-    from dataflows.flow import replay_in_process
-    from datasets import generator
-    from datasets.scoring import load_labels
-    from datasets.scoring import score as score_report
-
     base = settings_from(config)
     grid: dict[str, list[Any]] = {}
     for item in param:
@@ -205,29 +200,18 @@ def tune(
         candidates = [apply_overrides(base, combo) for combo in combos]
     except (ValueError, ConfigError) as exc:
         raise fail(str(exc)) from None
-    scenarios = []
-    for seed in seed_list:
-        directory = work / f"{preset}-{seed}"
-        if not (directory / "labels.jsonl").is_file():
-            generator.write_scenario(preset, seed, directory)
-        scenarios.append((directory, load_labels(directory / "labels.jsonl")))
+    scenarios = prepare_scenarios(preset, seed_list, work)
     rows = []
     for combo, settings in zip(combos, candidates, strict=True):
-        found = labelled = explained = anomalies = 0
-        latencies: list[float] = []
-        for directory, labels in scenarios:
-            result, _actions, _dead = replay_in_process(directory, settings)
-            report = score_report([dict(lab) for lab in labels], [msgspec.structs.asdict(a) for a in result])
-            for kind in report["by_kind"].values():
-                labelled += kind["labelled"]
-                found += kind["detected"]
-                anomalies += kind["anomalies"]
-                explained += round((kind["precision"] or 0) * kind["anomalies"])
-                if kind["latency_p50_s"] is not None:
-                    latencies.append(kind["latency_p50_s"])
-        precision = explained / anomalies if anomalies else 0.0
+        report = evaluate_settings(settings, scenarios)
+        kinds = report["by_kind"].values()
+        labelled = sum(k["labelled"] for k in kinds)
+        found = sum(k["detected"] for k in kinds)
+        anomalies = report["anomalies"]
+        precision = (anomalies - len(report["false_positives"])) / anomalies if anomalies else 0.0
         recall = found / labelled if labelled else 0.0
         f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        latencies = [k["latency_p50_s"] for k in kinds if k["latency_p50_s"] is not None]
         rows.append((combo, precision, recall, f1, median(latencies) if latencies else float("inf")))
     frontier = [
         r
@@ -256,7 +240,61 @@ def tune(
     )
 
 
+def prepare_scenarios(preset: str, seeds: list[int], work: Path) -> list[tuple[Path, list[dict[str, Any]]]]:
+    """Generate (once; kept in ``work``) and load the labelled scenarios of ``preset`` for ``seeds``."""
+    from datasets import generator
+    from datasets.scoring import load_labels
+
+    scenarios = []
+    for seed in seeds:
+        directory = work / f"{preset}-{seed}"
+        if not (directory / "labels.jsonl").is_file():
+            generator.write_scenario(preset, seed, directory)
+        scenarios.append((directory, load_labels(directory / "labels.jsonl")))
+    return scenarios
+
+
+def evaluate_settings(settings: Settings, scenarios: list[tuple[Path, list[dict[str, Any]]]]) -> dict[str, Any]:
+    """Replay every scenario with ``settings`` and score them together."""
+    from dataflows.flow import replay_in_process
+    from datasets.scoring import Scorer
+
+    scorer = Scorer()
+    for directory, labels in scenarios:
+        anomalies, actions, _dead = replay_in_process(directory, settings)
+        scorer.add(
+            [dict(lab) for lab in labels],
+            [msgspec.structs.asdict(a) for a in anomalies],
+            [msgspec.structs.asdict(a) for a in actions],
+        )
+    return scorer.report()
+
+
+def evaluate(
+    preset: Annotated[str, typer.Option(help="Scenario preset.")] = "default",
+    seeds: Annotated[str, typer.Option(help="Comma-separated seeds (hold out the ones you tuned on).")] = "11,12,13",
+    work: Annotated[Path, typer.Option(help="Where generated scenarios are kept between runs.")] = Path(
+        "trainguard-out/evaluate"
+    ),
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Generate labelled scenarios for several seeds, replay them all, and score them together."""
+    try:
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError:
+        raise fail(f"--seeds must be comma-separated integers, not {seeds!r}.") from None
+    if preset not in PRESETS[1:]:
+        raise fail(f"unknown preset {preset!r}; the presets are: {', '.join(PRESETS[1:])}.")
+    report = evaluate_settings(settings_from(config), prepare_scenarios(preset, seed_list, work))
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, default=str))
+    else:
+        print_report(report)
+
+
 def register(app: typer.Typer) -> None:
+    app.command()(evaluate)
     app.command()(generate)
     app.command()(score)
     app.command()(tune)

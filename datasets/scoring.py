@@ -115,53 +115,78 @@ def _explains(anomaly: dict[str, Any], label: dict[str, Any]) -> bool:
     return place and label["onset"] - 60.0 <= anomaly["detected_at"] <= label["onset"] + window
 
 
+class Scorer:
+    """Accumulates faults and anomalies over one or many scenarios, then reports."""
+
+    def __init__(self) -> None:
+        self.by_kind: dict[str, KindScore] = defaultdict(KindScore)
+        self.faults = 0
+        self.anomalies = 0
+        self.false_positives: list[dict[str, Any]] = []
+        self.missed: list[dict[str, Any]] = []
+        self.actions: dict[str, Any] | None = None
+
+    def add(
+        self, labels: list[dict[str, Any]], anomalies: list[dict[str, Any]], actions: list[dict[str, Any]] | None = None
+    ) -> Scorer:
+        faults = [lab for lab in labels if lab["kind"] != "benign"]
+        explained_ids: set[str] = set()
+        for label in faults:
+            ks = self.by_kind[label["kind"]]
+            ks.labelled += 1
+            matches = [a for a in anomalies if _explains(a, label)]
+            explained_ids.update(a["anomaly_id"] for a in matches)
+            compatible = sorted(
+                (a for a in matches if a["kind"] in COMPATIBLE.get(label["kind"], {label["kind"]})),
+                key=lambda a: a["detected_at"],
+            )
+            if not compatible:
+                self.missed.append({k: label[k] for k in ("fault_id", "kind", "category", "job_id", "nodes")})
+                continue
+            first = compatible[0]
+            ks.detected += 1
+            ks.latencies.append(max(0.0, first["detected_at"] - label["onset"]))
+            ks.layer_right += first.get("layer") == label["layer"]
+            if label["nodes"]:
+                ks.localisable += 1
+                ks.localised += any(set(a.get("nodes") or []) & set(label["nodes"]) for a in compatible)
+        for anomaly in anomalies:
+            ks = self.by_kind[anomaly["kind"]]
+            ks.anomalies += 1
+            ks.explained += anomaly["anomaly_id"] in explained_ids
+            if anomaly["anomaly_id"] not in explained_ids:
+                self.false_positives.append(
+                    {k: anomaly.get(k) for k in ("anomaly_id", "kind", "category", "job_id", "nodes", "detected_at")}
+                )
+        self.faults += len(faults)
+        self.anomalies += len(anomalies)
+        if actions is not None:
+            scored = score_actions(labels, anomalies, actions)
+            if self.actions is None:
+                self.actions = scored
+            else:
+                for key, value in scored.items():
+                    self.actions[key] += value
+        return self
+
+    def report(self) -> dict[str, Any]:
+        report: dict[str, Any] = {
+            "faults": self.faults,
+            "anomalies": self.anomalies,
+            "false_positives": self.false_positives,
+            "missed": self.missed,
+            "by_kind": {kind: ks.summary() for kind, ks in sorted(self.by_kind.items())},
+        }
+        if self.actions is not None:
+            report["actions"] = self.actions
+        return report
+
+
 def score(
     labels: list[dict[str, Any]], anomalies: list[dict[str, Any]], actions: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
-    faults = [lab for lab in labels if lab["kind"] != "benign"]
-    by_kind: dict[str, KindScore] = defaultdict(KindScore)
-    explained_ids: set[str] = set()
-    for label in faults:
-        ks = by_kind[label["kind"]]
-        ks.labelled += 1
-        matches = [a for a in anomalies if _explains(a, label)]
-        explained_ids.update(a["anomaly_id"] for a in matches)
-        compatible = sorted(
-            (a for a in matches if a["kind"] in COMPATIBLE.get(label["kind"], {label["kind"]})),
-            key=lambda a: a["detected_at"],
-        )
-        label["_matched"] = compatible
-        if not compatible:
-            continue
-        first = compatible[0]
-        ks.detected += 1
-        ks.latencies.append(max(0.0, first["detected_at"] - label["onset"]))
-        ks.layer_right += first.get("layer") == label["layer"]
-        if label["nodes"]:
-            ks.localisable += 1
-            ks.localised += any(set(a.get("nodes") or []) & set(label["nodes"]) for a in compatible)
-    for anomaly in anomalies:
-        ks = by_kind[anomaly["kind"]]
-        ks.anomalies += 1
-        ks.explained += anomaly["anomaly_id"] in explained_ids
-    report: dict[str, Any] = {
-        "faults": len(faults),
-        "anomalies": len(anomalies),
-        "false_positives": [
-            {k: a.get(k) for k in ("anomaly_id", "kind", "category", "job_id", "nodes", "detected_at")}
-            for a in anomalies
-            if a["anomaly_id"] not in explained_ids
-        ],
-        "missed": [
-            {k: lab[k] for k in ("fault_id", "kind", "category", "job_id", "nodes")}
-            for lab in faults
-            if not lab["_matched"]
-        ],
-        "by_kind": {kind: ks.summary() for kind, ks in sorted(by_kind.items())},
-    }
-    if actions is not None:
-        report["actions"] = score_actions(labels, anomalies, actions)
-    return report
+    """The report for one scenario (see :class:`Scorer`)."""
+    return Scorer().add(labels, anomalies, actions).report()
 
 
 def score_actions(

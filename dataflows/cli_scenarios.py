@@ -182,6 +182,7 @@ def tune(
     work: Annotated[Path, typer.Option(help="Where generated scenarios are kept between runs.")] = Path(
         "trainguard-out/tune"
     ),
+    minutes: Annotated[float | None, typer.Option(min=10, help="Scenario length (default: the preset's).")] = None,
     config: ConfigOpt = None,
 ) -> None:
     """Sweep detector settings by replaying labelled scenarios; print the precision/recall/latency frontier."""
@@ -200,7 +201,7 @@ def tune(
         candidates = [apply_overrides(base, combo) for combo in combos]
     except (ValueError, ConfigError) as exc:
         raise fail(str(exc)) from None
-    scenarios = prepare_scenarios(preset, seed_list, work)
+    scenarios = prepare_scenarios(preset, seed_list, work, minutes)
     rows = []
     for combo, settings in zip(combos, candidates, strict=True):
         report = evaluate_settings(settings, scenarios)
@@ -240,16 +241,18 @@ def tune(
     )
 
 
-def prepare_scenarios(preset: str, seeds: list[int], work: Path) -> list[tuple[Path, list[dict[str, Any]]]]:
+def prepare_scenarios(
+    preset: str, seeds: list[int], work: Path, minutes: float | None = None
+) -> list[tuple[Path, list[dict[str, Any]]]]:
     """Generate (once; kept in ``work``) and load the labelled scenarios of ``preset`` for ``seeds``."""
     from datasets import generator
     from datasets.scoring import load_labels
 
     scenarios = []
     for seed in seeds:
-        directory = work / f"{preset}-{seed}"
+        directory = work / f"{preset}-{seed}" if minutes is None else work / f"{preset}-{seed}-{minutes:g}min"
         if not (directory / "labels.jsonl").is_file():
-            generator.write_scenario(preset, seed, directory)
+            generator.write_scenario(preset, seed, directory, minutes=minutes)
         scenarios.append((directory, load_labels(directory / "labels.jsonl")))
     return scenarios
 
@@ -277,6 +280,7 @@ def evaluate(
         "trainguard-out/evaluate"
     ),
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    minutes: Annotated[float | None, typer.Option(min=10, help="Scenario length (default: the preset's).")] = None,
     config: ConfigOpt = None,
 ) -> None:
     """Generate labelled scenarios for several seeds, replay them all, and score them together."""
@@ -286,7 +290,7 @@ def evaluate(
         raise fail(f"--seeds must be comma-separated integers, not {seeds!r}.") from None
     if preset not in PRESETS[1:]:
         raise fail(f"unknown preset {preset!r}; the presets are: {', '.join(PRESETS[1:])}.")
-    report = evaluate_settings(settings_from(config), prepare_scenarios(preset, seed_list, work))
+    report = evaluate_settings(settings_from(config), prepare_scenarios(preset, seed_list, work, minutes))
     if as_json:
         typer.echo(json.dumps(report, indent=2, default=str))
     else:

@@ -11,6 +11,7 @@ will dead-letter it), so one bad timestamp cannot reorder a whole file.
 from __future__ import annotations
 
 import heapq
+import re
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -34,6 +35,7 @@ class _TsOnly(msgspec.Struct):
 
 
 _TS = msgspec.json.Decoder(_TsOnly)
+_TS_BYTES = re.compile(rb'"ts"\s*:\s*(?:"([^"]{1,64})"|([-+0-9.eE]{1,32}))')
 
 
 class ReplayError(ValueError):
@@ -79,22 +81,13 @@ def count_records(directory: Path) -> int:
 def _sort_ts(payload: bytes) -> float | None:
     """The record's timestamp, for ordering only (the decoder validates it properly later).
 
-    A byte search finds ``"ts": value`` without decoding the whole record; anything
-    unusual falls back to a real (partial) JSON decode.
+    One byte-level search finds ``"ts": value`` without decoding the whole record;
+    anything unusual falls back to a real (partial) JSON decode.
     """
-    key = payload.find(b'"ts"')
-    colon = payload.find(b":", key + 4) if key != -1 else -1
-    if colon != -1:
-        start = colon + 1
-        while payload[start : start + 1] == b" ":
-            start += 1
+    m = _TS_BYTES.search(payload)
+    if m is not None:
         try:
-            if payload[start : start + 1] == b'"':
-                return parse_ts(payload[start + 1 : payload.index(b'"', start + 1)].decode())
-            end = start
-            while end < len(payload) and payload[end] not in b",} \n":
-                end += 1
-            return parse_ts(float(payload[start:end]))
+            return parse_ts(m[1].decode() if m[1] is not None else float(m[2]))
         except (ValueError, UnicodeDecodeError, OverflowError):
             pass
     try:

@@ -81,7 +81,12 @@ class GpuHealth:
             found += self._fire(
                 sample, "row_remap_pending", False, f"{sample.remapped_rows_pending} row remap(s) pending"
             )
-        for field, category, limit_name, what in _BURSTS:
+        counters_moved = prev is None or (prev.ecc_sbe_total, prev.pcie_replay_total, prev.nvlink_crc_total) != (
+            sample.ecc_sbe_total,
+            sample.pcie_replay_total,
+            sample.nvlink_crc_total,
+        )
+        for field, category, limit_name, what in _BURSTS if counters_moved else ():
             rise, since = self._window_rise(sample, field)
             limit: int = getattr(s, limit_name)
             if rise >= limit:

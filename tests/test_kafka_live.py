@@ -76,3 +76,31 @@ def test_live_kafka_run_matches_replay(tansu: Broker, tmp_path):
     # Stopped by SIGTERM, the service still flushed its Parquet archive.
     archived = pl.scan_parquet(tmp_path / "out" / "anomalies" / "**" / "*.parquet").collect()
     assert sorted(archived["anomaly_id"]) == sorted(a.anomaly_id for a in expected.anomalies)
+
+
+def test_generate_publishes_a_scenario_straight_to_kafka(tansu: Broker, tmp_path):
+    from typer.testing import CliRunner
+
+    from dataflows.cli import app
+
+    result = CliRunner().invoke(
+        app,
+        [
+            "generate",
+            "--preset",
+            "default",
+            "--seed",
+            "8",
+            "--minutes",
+            "10",
+            "--brokers",
+            tansu.address,
+            "--out",
+            str(tmp_path),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "labels.jsonl").is_file() and not (tmp_path / "gpu.jsonl").exists()
+    published = consume_all(tansu.address, "scheduler", 10_000, timeout_s=5)
+    states = [msgspec.json.decode(v)["state"] for v in published]
+    assert states.count("RUNNING") >= 20 and "FAILED" in states

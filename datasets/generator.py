@@ -52,7 +52,7 @@ FAULTS: dict[str, tuple[str, str, str]] = {
     "hang_silent": ("hang", "no_progress", "unknown"),
     "hang_watchdog": ("hang", "no_progress", "unknown"),
     "thermal_straggler": ("straggler", "slow_rank", "hardware"),
-    "slow_nic": ("straggler", "slow_job", "hardware"),
+    "slow_nic": ("straggler", "slow_nic", "hardware"),
     "degraded_idle_node": ("node_unhealthy", "ecc_sbe_burst", "hardware"),
     "lemon_node": ("crash", "cuda_launch_failure", "hardware"),
 }
@@ -420,7 +420,17 @@ class ClusterSim:
             job.hot[(node, g)] = t
             self.label(fid, name, t, job, [node], [rank], [f"{node}/{g}"])
         elif name == "slow_nic":
+            # The NIC trains down to a quarter of its speed; the kernel says so once.
             job.slow = (t, -1, 1.8)
+            self.log(
+                sink,
+                t,
+                None,
+                node,
+                None,
+                f"mlx5_core 0000:{0x5E + g:02x}:00.0: Port 1 link speed degraded: 400000 Mb/s -> 100000 Mb/s",
+                source="kernel",
+            )
             self.label(fid, name, t, job, [node])
         else:
             raise ValueError(f"fault {name!r} cannot be injected into a job")

@@ -18,6 +18,8 @@ _CATEGORY_LAYER: dict[str, str] = {
     "no_progress": "unknown",
     "slow_job": "unknown",
     "slow_rank": "hardware",
+    "slow_gpu": "hardware",
+    "slow_nic": "hardware",
     "node_fail": "hardware",
     "node_down": "hardware",
 }

@@ -45,6 +45,7 @@ FAILED_STATES: dict[str, tuple[str, str]] = {
 }
 INCIDENT_KINDS = frozenset({"crash", "hang"})
 SLOWDOWN_CATEGORIES = frozenset({"thermal_throttle", "power_brake", "hw_slowdown"})
+NIC_EVIDENCE_S = 1800.0  # a NIC degradation this recent can explain a slowdown
 LOST_GPU_CHECK_S = 30.0  # GPUs report every ~10 s; looking for silent ones more often finds nothing new
 
 
@@ -96,6 +97,7 @@ class JobMonitor:
         self._last_step_ts: float | None = None
         self._phase_since_step = False
         self._nvrx_section = "relative"
+        self._nic_warnings: dict[str, float] = {}  # node -> last NIC link degradation line
         self.ended_at: float | None = None
         self._next_lost_check = float("-inf")
         self._next_rank_eval = float("-inf")
@@ -134,7 +136,12 @@ class JobMonitor:
             self.hang.observe_phase(ts, starts=marker[1])
             self._phase_since_step = True
             return []
-        return self._emit(self.crash.observe(rec))
+        match = match_line(rec.line)
+        if match is None:
+            return []
+        if match.signature.category == "nic_degraded":
+            self._nic_warnings[rec.node] = ts  # evidence for localising a slowdown, not an anomaly by itself
+        return self._emit(self.crash.observe_match(rec, match))
 
     def _progress(
         self, ts: float, step: int | None, rank: int | None, node: str, step_time: float | None, per_rank: float | None
@@ -234,6 +241,13 @@ class JobMonitor:
             rank, node, score = slowest
             f.category, f.ranks, f.nodes, f.confidence = "slow_rank", [rank], [node], 0.85
             f.evidence.append(f"rank {rank} on {node} is slowest (relative score {score:.2f})")
+            return f
+        slow_nics = sorted(
+            n for n, ts in self._nic_warnings.items() if f.onset_ts - NIC_EVIDENCE_S <= ts <= f.detected_at
+        )
+        if slow_nics:
+            f.category, f.nodes, f.confidence = "slow_nic", slow_nics, 0.75
+            f.evidence.append(f"NIC link degraded on {', '.join(slow_nics)} (kernel log)")
             return f
         odd = self.gpus.odd_one_out()
         if odd:

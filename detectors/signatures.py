@@ -152,6 +152,17 @@ CATALOGUE: tuple[Signature, ...] = (
         "hardware",
     ),
     Signature("ibv_wc_error", r"IBV_WC_\w+|CQ state error|ibv_poll_cq failed", "ib_link", "hardware"),
+    # A NIC that trained down to a lower link speed or width still works, slowly: every
+    # collective of every job on the node waits for it.
+    Signature(
+        "nic_link_degraded",
+        r"(?i)mlx5_core.*link (?:speed|width) (?:degraded|downgraded)|"
+        r"\bib\d+:.*(?:speed|width) (?:degraded|downgraded)",
+        "nic_degraded",
+        "hardware",
+        kind="straggler",
+        severity="warning",
+    ),
     # --- NCCL / torch.distributed ----------------------------------------------------------
     Signature(
         "nccl_watchdog_timeout",
@@ -253,6 +264,7 @@ FAMILIES: dict[str, str] = {
     "gpu_init_failed": "gpu_xid_hardware",
     "gpu_contained_error": "gpu_xid_hardware",
     "pcie_aer": "other",
+    "nic_degraded": "ib_link_error",
 }
 
 
@@ -273,7 +285,7 @@ def family_of(category: str) -> str:
 _PREFILTER = re.compile(
     r"Xid|XID|GPU is lost|fallen off|RmInit|rm_init|Cannot attach|CONTAINED|Contained|ECC|CUDA|cuda|NCCL|"
     r"Watchdog|timed out|illegal|misaligned|assert|launch failure|CUBLAS|CUDNN|retry count|IBV_WC|CQ state|"
-    r"ibv_|TCPStore|Rendezvous|rendezvous|gloo|ChildFailed|exitcode|Out of memory|oom|OOM|Segmentation|SIG|"
+    r"ibv_|mlx5_core|TCPStore|Rendezvous|rendezvous|gloo|ChildFailed|exitcode|Out of memory|oom|OOM|Segmentation|SIG|"
     r"segfault|Aborted|nan|NaN|inf\b|OVERFLOW|overflow|AER|DUE TO|NODE_FAIL|out-of-memory|cudaError"
 )
 _RANK = re.compile(r"\[(?:rank|Rank )(\d{1,6})\]")

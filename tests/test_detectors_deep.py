@@ -200,3 +200,25 @@ def test_idle_gpu_temperature_excursion_is_novel_but_idle_noise_is_not():
             temp = 52.0  # an idle GPU suddenly 17 °C warmer: a fan or heatsink is failing
         found += mon.observe(GpuSample(ts=i * 10.0, node="n8", gpu=0, util_pct=0.0, temp_c=temp, power_w=70.0))
     assert [(a.kind, a.category, a.onset_ts) for a in found] == [("node_unhealthy", "idle_temp_drift", 3000.0)]
+
+
+def test_a_slowdown_after_a_nic_link_degradation_is_pinned_on_that_node():
+    mon = JobMonitor("12")
+    nic = "mlx5_core 0000:5e:00.0: Port 1 link speed degraded: 400000 Mb/s -> 100000 Mb/s"
+    ts, found = 0.0, []
+    for step in range(1, 80):
+        slow = step >= 50
+        if step == 50:
+            found += mon.observe(LogRecord(ts=ts, job_id="12", node="n1", source="kernel", line=nic))
+            assert found == []  # a degraded link alone is evidence, not an alarm
+        ts += 1.8 if slow else 1.0
+        found += mon.observe(
+            LogRecord(
+                ts=ts,
+                job_id="12",
+                node="n0",
+                rank=0,
+                line=(f"iteration {step}/ 1000 | elapsed time per iteration (ms): {1800.0 if slow else 1000.0} |"),
+            )
+        )
+    assert [(a.kind, a.category, a.nodes, a.layer) for a in found] == [("straggler", "slow_nic", ["n1"], "hardware")]

@@ -30,7 +30,7 @@ from typing import Any
 
 import msgspec
 
-from datasets.scenario import BASE_TS, GPUS_PER_NODE, rfc3339
+from datasets.scenario import BASE_TS, GPUS_PER_NODE, gpu_sample, hung_profile, rfc3339, throttled_profile
 
 WATCHDOG_S = 600.0  # PyTorch's NCCL watchdog default
 
@@ -489,32 +489,12 @@ class ClusterSim:
                     if since is not None and t >= since:
                         c[0] += rng.randint(15, 30)
                     busy = running and job is not None and job.stalled_at is None
-                    sample: dict[str, Any] = {
-                        "ts": round(t + rng.uniform(0, 0.5), 3),
-                        "node": node,
-                        "gpu": g,
-                        "util_pct": rng.uniform(92, 100) if busy else 0.0,
-                        "mem_used_mib": 61000 + rng.uniform(-500, 500) if busy else 500.0,
-                        "temp_c": rng.uniform(62, 68) if busy else rng.uniform(32, 36),
-                        "power_w": rng.uniform(520, 600) if busy else rng.uniform(65, 75),
-                        "sm_clock_mhz": 1980.0 if busy else 345.0,
-                        "ecc_sbe_total": c[0],
-                        "ecc_dbe_total": c[1],
-                        "pcie_replay_total": c[2],
-                        "nvlink_crc_total": c[3],
-                        "throttle_reasons": 0,
-                        "xid": None,
-                    }
+                    sample = gpu_sample(rng, t, node, g, c, busy)
                     if job is not None and job.idle_gpu is not None and job.stalled_at is not None and running:
                         spinning = (node, g) != job.idle_gpu
-                        sample.update(
-                            util_pct=rng.uniform(97, 100) if spinning else 0.0,
-                            power_w=rng.uniform(130, 160) if spinning else rng.uniform(65, 75),
-                            temp_c=rng.uniform(45, 50) if spinning else rng.uniform(35, 38),
-                            sm_clock_mhz=1980.0 if spinning else 345.0,
-                        )
+                        sample.update(hung_profile(rng, spinning))
                     if busy and job is not None and (node, g) in job.hot and t >= job.hot[(node, g)]:
-                        sample.update(sm_clock_mhz=1410.0, temp_c=rng.uniform(86, 89), throttle_reasons=0x20)
+                        sample.update(throttled_profile(rng))
                     sink.put("gpu", sample["ts"], sample)
             for node in [n for n, when in self.resets.items() if t >= when]:
                 del self.resets[node]

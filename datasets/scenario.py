@@ -30,6 +30,41 @@ def rfc3339(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
+def gpu_sample(rng: random.Random, t: float, node: str, g: int, counters: list[int], busy: bool) -> dict[str, Any]:
+    """One NVML sample: a busy GPU near full load, or an idle one; counters are cumulative."""
+    return {
+        "ts": round(t + rng.uniform(0, 0.5), 3),
+        "node": node,
+        "gpu": g,
+        "util_pct": rng.uniform(92, 100) if busy else 0.0,
+        "mem_used_mib": 61000 + rng.uniform(-500, 500) if busy else 500.0,
+        "temp_c": rng.uniform(62, 68) if busy else rng.uniform(32, 36),
+        "power_w": rng.uniform(520, 600) if busy else rng.uniform(65, 75),
+        "sm_clock_mhz": 1980.0 if busy else 345.0,
+        "ecc_sbe_total": counters[0],
+        "ecc_dbe_total": counters[1],
+        "pcie_replay_total": counters[2],
+        "nvlink_crc_total": counters[3],
+        "throttle_reasons": 0,
+        "xid": None,
+    }
+
+
+def hung_profile(rng: random.Random, spinning: bool) -> dict[str, Any]:
+    """During a hang: healthy GPUs spin in NCCL kernels (util ~100 %, low power); the culprit idles."""
+    return {
+        "util_pct": rng.uniform(97, 100) if spinning else 0.0,
+        "power_w": rng.uniform(130, 160) if spinning else rng.uniform(65, 75),
+        "temp_c": rng.uniform(45, 50) if spinning else rng.uniform(35, 38),
+        "sm_clock_mhz": 1980.0 if spinning else 345.0,
+    }
+
+
+def throttled_profile(rng: random.Random) -> dict[str, Any]:
+    """A GPU slowed by heat: lower SM clock, hot, thermal slowdown reason set."""
+    return {"sm_clock_mhz": 1410.0, "temp_c": rng.uniform(86, 89), "throttle_reasons": 0x20}
+
+
 @dataclass
 class Job:
     job_id: str
@@ -189,34 +224,15 @@ class Scenario:
                     degrading_since = degrading.get((node, g))
                     if degrading_since is not None and t >= degrading_since:
                         c[0] += rng.randint(15, 30)
-                    sample: dict[str, Any] = {
-                        "ts": round(t + rng.uniform(0, 0.5), 3),
-                        "node": node,
-                        "gpu": g,
-                        "util_pct": rng.uniform(92, 100) if active else 0.0,
-                        "mem_used_mib": 61000 + rng.uniform(-500, 500) if active else 500.0,
-                        "temp_c": rng.uniform(62, 68) if active else rng.uniform(32, 36),
-                        "power_w": rng.uniform(520, 600) if active else rng.uniform(65, 75),
-                        "sm_clock_mhz": 1980.0 if active else 345.0,
-                        "ecc_sbe_total": c[0],
-                        "ecc_dbe_total": c[1],
-                        "pcie_replay_total": c[2],
-                        "nvlink_crc_total": c[3],
-                        "throttle_reasons": 0,
-                        "xid": None,
-                    }
+                    sample = gpu_sample(rng, t, node, g, c, active)
                     if degrading_since is not None and t >= degrading_since + 900:
                         sample["remapped_rows_pending"] = 1
                     hang = hung.get(node)
                     if hang is not None and hang[0] <= t < hang[1]:
                         spinning = g != hang[2]
-                        sample.update(
-                            util_pct=rng.uniform(97, 100) if spinning else 0.0,
-                            power_w=rng.uniform(130, 160) if spinning else rng.uniform(65, 75),
-                            temp_c=rng.uniform(45, 50) if spinning else rng.uniform(35, 38),
-                        )
+                        sample.update(hung_profile(rng, spinning))
                     if active and (node, g) in slow_gpu and t >= slow_gpu[(node, g)]:
-                        sample.update(sm_clock_mhz=1410.0, temp_c=rng.uniform(86, 89), throttle_reasons=0x20)
+                        sample.update(throttled_profile(rng))
                     xid = xids.get((node, g))
                     if xid is not None and xid[0] <= t < xid[0] + self.gpu_interval_s:
                         sample["xid"] = xid[1]

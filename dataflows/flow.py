@@ -34,6 +34,7 @@ from dataflows.archive import ParquetArchiveSink
 from dataflows.config import Settings, load_settings
 from dataflows.records import RawRecord
 from detectors.events import TOPICS, Action, Anomaly, DeadLetter, Event, Tick, decode
+from detectors.history import HistoryAttributor
 from detectors.monitor import JobMonitor, NodeMonitor
 from detectors.routing import DEAD, Router
 from detectors.settings import DetectorSettings
@@ -95,6 +96,20 @@ class MonitorLogic(StatefulBatchLogic[Any, Anomaly, bytes]):
 
     def snapshot(self) -> bytes:
         return pickle.dumps(self.monitor, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+class HistoryLogic(StatefulBatchLogic[Anomaly, Anomaly, bytes]):
+    """Bytewax shell around the cluster-wide :class:`HistoryAttributor` (anomalies are rare: one is enough)."""
+
+    def __init__(self, history: HistoryAttributor) -> None:
+        self.history = history
+
+    def on_batch(self, values: list[Anomaly]) -> tuple[list[Anomaly], bool]:
+        ordered = sorted(values, key=lambda a: (a.detected_at, a.anomaly_id))  # same order whatever the batching
+        return [self.history.revise(a) for a in ordered], StatefulBatchLogic.RETAIN
+
+    def snapshot(self) -> bytes:
+        return pickle.dumps(self.history, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _new_monitor(event: Event, settings: DetectorSettings) -> JobMonitor | NodeMonitor:
@@ -233,6 +248,17 @@ def build_flow(
         op.stateful_batch(
             "detect", alive.trues, lambda state: MonitorLogic(pickle.loads(state) if state else None, det)
         ),  # type: ignore[arg-type]
+    )
+    hs = det.history
+    anomalies = op.key_rm(
+        "attributed",
+        op.stateful_batch(
+            "attribute",
+            op.key_on("to_history", anomalies, lambda _: "history"),
+            lambda state: HistoryLogic(
+                pickle.loads(state) if state else HistoryAttributor(hs.lemon_jobs, hs.repeat_on_gpu, hs.window_s)
+            ),
+        ),
     )
     actions = op.flat_map("policy", anomalies, decide)
     dead = op.merge("dead_letters", valid.falses, op.map("late_or_future", alive.falses, lambda kv: kv[1]))

@@ -523,25 +523,24 @@ def _plan(sim: ClusterSim, faults: list[str], jobs: int, nodes_per_job: int, ben
         if j < len(job_faults):
             name = job_faults[j]
             at = t0 + d * rng.uniform(0.3, 0.6)
-            if name == "lemon_node" and len(idle_pool) >= nodes_per_job:
-                # A lemon node fails one job, then the next job placed on it: two failures, two jobs.
+            if name == "lemon_node" and len(idle_pool) >= 2 * (nodes_per_job - 1) + 1:
+                # A lemon node fails a job, then each next job placed on it: three failures, three jobs.
                 lemon = idle_pool.pop(0)
                 job.nodes = [lemon, *nodes[1:]]
-                at = t0 + d * rng.uniform(0.2, 0.35)
+                at = t0 + d * rng.uniform(0.1, 0.2)
                 job.fault = Fault(name, at, node_index=0, gpu=rng.randrange(GPUS_PER_NODE))
-                again = at + 120.0
-                second = JobSim(
-                    str(30_000 + j),
-                    [lemon, *[idle_pool.pop(0) for _ in range(nodes_per_job - 1)]],
-                    again,
-                    end,
-                    step_s=job.step_s,
-                    framework="megatron",
-                )
-                second.fault = Fault(
-                    name, again + d * rng.uniform(0.1, 0.25), node_index=0, gpu=rng.randrange(GPUS_PER_NODE)
-                )
-                sim.jobs.append(second)
+                for k in (1, 2):
+                    start = at + k * d * 0.25
+                    follower = JobSim(
+                        str(30_000 + 100 * k + j),
+                        [lemon, *[idle_pool.pop(0) for _ in range(nodes_per_job - 1)]],
+                        start,
+                        end,
+                        step_s=job.step_s,
+                        framework="megatron",
+                    )
+                    follower.fault = Fault(name, start + d * 0.1, node_index=0, gpu=rng.randrange(GPUS_PER_NODE))
+                    sim.jobs.append(follower)
             elif name == "lemon_node":
                 job.fault = Fault("illegal_address", at, node_index=0)  # no spare node for a lemon here
             else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from detectors.gpu_health import GpuHealthSettings
+from detectors.history import HistorySettings
 
 
 class HangSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -45,5 +46,6 @@ class DetectorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     straggler: StragglerSettings = msgspec.field(default_factory=StragglerSettings)
     crash: CrashSettings = msgspec.field(default_factory=CrashSettings)
     gpu: GpuHealthSettings = msgspec.field(default_factory=GpuHealthSettings)
+    history: HistorySettings = msgspec.field(default_factory=HistorySettings)
     # How long a finished job's state is kept for stragglers of its telemetry.
     linger_s: float = 600.0

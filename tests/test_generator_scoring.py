@@ -40,7 +40,7 @@ def test_default_preset_has_every_fault_and_every_benign_confounder():
     names = {label["fault"] for label in sim.labels}
     assert set(FAULTS) <= names and set(BENIGN) <= names
     lemon = [label for label in sim.labels if label["fault"] == "lemon_node"]
-    assert len({label["job_id"] for label in lemon}) == 2 and len({label["nodes"][0] for label in lemon}) == 1
+    assert len({label["job_id"] for label in lemon}) == 3 and len({label["nodes"][0] for label in lemon}) == 1
 
 
 def test_stream_is_time_ordered_and_follows_the_physics():

@@ -268,6 +268,69 @@ def produce(
     console.print("published " + ", ".join(f"{n} {t}" for t, n in counts.items()))
 
 
+@app.command("collect-gpu")
+def collect_gpu(
+    brokers: BrokersOpt = "",
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Append JSON Lines here instead of Kafka.")] = None,
+    node: Annotated[str | None, typer.Option(help="Node name to report (default: this host's name).")] = None,
+    interval: Annotated[
+        float, typer.Option(min=0.5, help="Seconds between samples; Xid events are awaited in between.")
+    ] = 10.0,
+    count: Annotated[
+        int | None, typer.Option(min=1, help="Stop after this many samples (default: run until stopped).")
+    ] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Sample every GPU of this node through NVML and publish gpu records (and Xid events) to Kafka or a file."""
+    import socket
+
+    import msgspec
+
+    from dataflows.nvml_collector import GpuCollector, NvmlUnavailable
+
+    settings = _settings(config)
+    if brokers:
+        settings.kafka.brokers = brokers_list(brokers)
+    if out is None and not settings.kafka.brokers:
+        raise _fail("give --brokers HOST:PORT (or TRAINGUARD_BROKERS) to publish, or --out FILE to write JSON Lines.")
+    try:
+        collector = GpuCollector(node or socket.gethostname().split(".")[0])
+    except NvmlUnavailable as exc:
+        raise _fail(str(exc)) from None
+    enc = msgspec.json.Encoder()
+    producer = None
+    if out is None:
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": ",".join(settings.kafka.brokers), **settings.kafka.extra})
+    sink = out.open("ab") if out is not None else None
+    taken = 0
+    try:
+        while count is None or taken < count:
+            records = collector.sample()
+            taken += 1
+            if count is None or taken < count:
+                records += [("gpu", xid) for xid in collector.wait_for_xids(interval)]
+            for topic, record in records:
+                payload = enc.encode(record)
+                if sink is not None:
+                    sink.write(payload + b"\n")
+                else:
+                    assert producer is not None
+                    producer.produce(settings.kafka.topic_for(topic), payload, key=collector.node.encode())
+            if producer is not None:
+                producer.flush(10)
+            if sink is not None:
+                sink.flush()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        collector.close()
+        if sink is not None:
+            sink.close()
+    console.print(f"collected {taken} sample round(s) of {len(collector.handles)} GPU(s) on {collector.node}")
+
+
 @app.command("import-logs")
 def import_logs_cmd(
     files: Annotated[list[Path], typer.Argument(help="Plain-text log files, e.g. slurm-1234.out.")],

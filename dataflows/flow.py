@@ -32,7 +32,7 @@ from actions.audit import AuditLog
 from actions.policy import decide
 from dataflows.archive import ParquetArchiveSink
 from dataflows.config import Settings, load_settings
-from dataflows.records import RawRecord
+from dataflows.records import RawRecord, Routed
 from detectors.events import TOPICS, Action, Anomaly, DeadLetter, Event, Tick, decode
 from detectors.history import HistoryAttributor
 from detectors.monitor import JobMonitor, NodeMonitor
@@ -40,10 +40,6 @@ from detectors.routing import DEAD, Router
 from detectors.settings import DetectorSettings
 
 # ---------------------------------------------------------------- stateful steps
-
-
-# (clock partition, tie-break order, event, original bytes)
-Routed = tuple[str, tuple[int, int, int], Event, bytes]
 
 
 class RouterLogic(StatefulBatchLogic[Routed, tuple[str, Any], bytes]):
@@ -186,10 +182,10 @@ class Outputs:
 _TOPIC_ORDER = {t: i for i, t in enumerate(TOPICS)}
 
 
-def _decode_batch(batch: list[RawRecord | DeadLetter]) -> list[Routed | DeadLetter]:
+def _decode_batch(batch: list[RawRecord | Routed | DeadLetter]) -> list[Routed | DeadLetter]:
     out: list[Routed | DeadLetter] = []
     for rec in batch:
-        if isinstance(rec, DeadLetter):
+        if isinstance(rec, DeadLetter) or type(rec) is tuple:  # already decoded by the source (replay)
             out.append(rec)
             continue
         event = decode(rec.topic, rec.payload, rec.partition, rec.offset)

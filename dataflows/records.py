@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from detectors.events import Event
+
 
 class RawRecord(NamedTuple):
     """Undecoded bytes of one record and where they came from."""
@@ -15,3 +17,7 @@ class RawRecord(NamedTuple):
     # Which ordered stream this record belongs to, for the watermark: a Kafka
     # topic-partition, or the single time-merged stream of a replay.
     clock: str
+
+
+# What the router takes: (clock partition, tie-break order, event, original bytes).
+Routed = tuple[str, tuple[int, int, int], Event, bytes]

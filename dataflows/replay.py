@@ -16,13 +16,14 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pyarrow.parquet as pq
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 
-from dataflows.records import RawRecord
-from detectors.events import TOPICS, parse_ts
+from dataflows.records import RawRecord, Routed
+from detectors.events import TOPICS, DeadLetter, decode, parse_ts
 
 REPLAY_CLOCK = "replay/0"
 # A timestamp this far from the previous one in the same file is treated as an
@@ -112,29 +113,45 @@ def _parquet_payloads(path: Path) -> Iterator[bytes]:
             yield encode({k: (v.timestamp() if isinstance(v, datetime) else v) for k, v in row.items()})
 
 
-def _topic_stream(topic: str, files: list[Path]) -> Iterator[tuple[float, int, str, int, bytes]]:
-    """``(sort_key, tiebreak, topic, offset, payload)`` with non-decreasing sort keys."""
+def _topic_stream(topic: str, files: list[Path], decoded: bool) -> Iterator[tuple[float, int, int, Any, bytes]]:
+    """``(sort_key, topic index, offset, item, payload)`` with non-decreasing sort keys.
+
+    With ``decoded`` the item is the decoded event (or its dead letter) — decoded once,
+    here, since its timestamp is needed for ordering anyway; otherwise ``None``.
+    """
     order = TOPICS.index(topic)
     key = None
     offset = 0
     for path in files:
         payloads = _parquet_payloads(path) if path.suffix == ".parquet" else _jsonl_payloads(path)
         for payload in payloads:
-            ts = _sort_ts(payload)
+            item: Any = None
+            if decoded:
+                item = decode(topic, payload, 0, offset)
+                ts = item.ts if not isinstance(item, DeadLetter) else _sort_ts(payload)
+            else:
+                ts = _sort_ts(payload)
             if ts is not None and (key is None or abs(ts - key) <= _MAX_JUMP_S):
                 key = ts if key is None else max(key, ts)
-            yield (key if key is not None else 0.0, order, topic, offset, payload)
+            yield (key if key is not None else 0.0, order, offset, item, payload)
             offset += 1
 
 
 def merged_records(directory: Path) -> Iterator[tuple[float, RawRecord]]:
     """Every record of the replay directory, in event-time order."""
-    streams = [_topic_stream(t, fs) for t, fs in topic_files(directory).items()]
-    for key, _order, topic, offset, payload in heapq.merge(*streams):
-        yield key, RawRecord(topic, 0, offset, payload, REPLAY_CLOCK)
+    streams = [_topic_stream(t, fs, decoded=False) for t, fs in topic_files(directory).items()]
+    for key, order, offset, _item, payload in heapq.merge(*streams):
+        yield key, RawRecord(TOPICS[order], 0, offset, payload, REPLAY_CLOCK)
 
 
-class _ReplayPartition(StatefulSourcePartition[RawRecord, int]):
+def merged_events(directory: Path) -> Iterator[tuple[float, Routed | DeadLetter]]:
+    """Every record decoded, in event-time order: ``(clock, order, event, payload)`` or a dead letter."""
+    streams = [_topic_stream(t, fs, decoded=True) for t, fs in topic_files(directory).items()]
+    for key, order, offset, item, payload in heapq.merge(*streams):
+        yield key, item if isinstance(item, DeadLetter) else (REPLAY_CLOCK, (order, 0, offset), item, payload)
+
+
+class _ReplayPartition(StatefulSourcePartition[Routed | DeadLetter, int]):
     def __init__(
         self,
         directory: Path,
@@ -144,19 +161,19 @@ class _ReplayPartition(StatefulSourcePartition[RawRecord, int]):
         on_progress: Callable[[int], None] | None = None,
     ) -> None:
         self._on_progress = on_progress
-        self._records = merged_records(directory)
+        self._records = merged_events(directory)
         self._emitted = 0
         for _ in range(resume or 0):  # recovery: skip what was already emitted
             next(self._records, None)
             self._emitted += 1
         self._speed = speed
         self._batch_size = batch_size
-        self._pending: tuple[float, RawRecord] | None = None
+        self._pending: tuple[float, Routed | DeadLetter] | None = None
         self._origin: tuple[float, float] | None = None  # (first event ts, wall start)
         self._awake: datetime | None = None
 
-    def next_batch(self) -> list[RawRecord]:
-        batch: list[RawRecord] = []
+    def next_batch(self) -> list[Routed | DeadLetter]:
+        batch: list[Routed | DeadLetter] = []
         self._awake = None
         while len(batch) < self._batch_size:
             item = self._pending or next(self._records, None)
@@ -191,7 +208,7 @@ class _ReplayPartition(StatefulSourcePartition[RawRecord, int]):
         return self._emitted
 
 
-class ReplaySource(FixedPartitionedSource[RawRecord, int]):
+class ReplaySource(FixedPartitionedSource[Routed | DeadLetter, int]):
     """All topics of a replay directory as one time-ordered partition.
 
     ``speed=None`` replays as fast as possible; ``speed=60`` plays one hour of

@@ -147,29 +147,33 @@ def parse_ts(value: float | str) -> float:
 
 def decode(topic: str, payload: bytes | str | None, partition: int = 0, offset: int = 0) -> Event | DeadLetter:
     """Decode one record of ``topic``; never raises."""
-    raw = payload.encode() if isinstance(payload, str) else (payload or b"")
-
-    def dead(reason: str) -> DeadLetter:
-        return DeadLetter(topic=topic, partition=partition, offset=offset, reason=reason, payload=raw)
-
+    raw = payload if type(payload) is bytes else (payload.encode() if isinstance(payload, str) else payload or b"")
     decoder = _DECODERS.get(topic)
+    reason = None
     if decoder is None:
-        return dead(f"unknown topic {topic!r}; expected one of {', '.join(TOPICS)}")
-    if len(raw) > MAX_RECORD_BYTES:
-        return dead(f"record is {len(raw)} bytes, over the {MAX_RECORD_BYTES}-byte limit")
-    if not raw.strip():
-        return dead("empty record")
-    try:
-        event = decoder.decode(raw)
-        event.ts = ts = parse_ts(event.ts)
-    except (msgspec.DecodeError, ValueError, OverflowError) as exc:
-        return dead(str(exc))
-    if not MIN_TS <= ts <= MAX_TS:
-        return dead(f"`ts` {ts!r} is outside 2000..2100; is it in milliseconds?")
-    job_id = getattr(event, "job_id", None)
-    if job_id is not None and not isinstance(job_id, str):
-        event.job_id = str(job_id)
-    return event
+        reason = f"unknown topic {topic!r}; expected one of {', '.join(TOPICS)}"
+    elif len(raw) > MAX_RECORD_BYTES:
+        reason = f"record is {len(raw)} bytes, over the {MAX_RECORD_BYTES}-byte limit"
+    else:
+        try:
+            event = decoder.decode(raw)
+            ts = event.ts
+            if type(ts) is not float:
+                ts = parse_ts(ts)
+            elif ts != ts or ts in (math.inf, -math.inf):
+                raise ValueError("`ts` is not a finite number")
+            event.ts = ts
+        except (msgspec.DecodeError, ValueError, OverflowError) as exc:
+            reason = "empty record" if not raw or raw.isspace() else str(exc)
+        else:
+            if not MIN_TS <= ts <= MAX_TS:
+                reason = f"`ts` {ts!r} is outside 2000..2100; is it in milliseconds?"
+            else:
+                job_id = getattr(event, "job_id", None)
+                if job_id is not None and type(job_id) is not str:
+                    event.job_id = str(job_id)
+                return event
+    return DeadLetter(topic=topic, partition=partition, offset=offset, reason=reason, payload=raw)
 
 
 def event_key_fields(event: Event) -> tuple[str | None, str | None]:

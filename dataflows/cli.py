@@ -188,6 +188,13 @@ def run(
     ] = None,
     config: ConfigOpt = None,
     workers: WorkersOpt = 1,
+    metrics_port: Annotated[
+        int,
+        typer.Option(
+            min=0, max=65535, envvar="TRAINGUARD_METRICS_PORT", help="Serve /metrics and /healthz here (0: off)."
+        ),
+    ] = 9464,
+    metrics_host: Annotated[str, typer.Option(help="Address for the metrics endpoint.")] = "127.0.0.1",
 ) -> None:
     """Run live against Kafka: consume the input topics, publish anomalies and actions."""
     from dataflows.flow import build_flow
@@ -208,6 +215,18 @@ def run(
     except ConfigError as exc:
         raise _fail(str(exc)) from None
     report = RunReport(echo=True)
+    server = None
+    if metrics_port:
+        from dataflows.metrics import MetricsServer
+
+        try:
+            server = MetricsServer(metrics_port, metrics_host)
+        except OSError as exc:
+            raise _fail(
+                f"cannot serve metrics on {metrics_host}:{metrics_port} ({exc.strerror}); "
+                "pick another --metrics-port or 0 to turn them off."
+            ) from None
+        console.print(f"metrics on http://{metrics_host}:{server.port}/metrics, health on /healthz")
     console.print(
         f"consuming {', '.join(inputs.topics)} from {','.join(settings.kafka.brokers)}; "
         f"publishing to {settings.kafka.anomalies_topic}, {settings.kafka.actions_topic}"
@@ -238,6 +257,8 @@ def run(
             raise
     finally:
         flush_open_archives()
+        if server is not None:
+            server.close()
     report.print_summary(out)
 
 

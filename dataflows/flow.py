@@ -30,6 +30,7 @@ from bytewax.outputs import DynamicSink, StatelessSinkPartition
 
 from actions.audit import AuditLog
 from actions.policy import decide
+from dataflows import metrics
 from dataflows.archive import ParquetArchiveSink
 from dataflows.config import Settings, load_settings
 from dataflows.records import RawRecord, Routed
@@ -50,11 +51,24 @@ class RouterLogic(StatefulBatchLogic[Routed, tuple[str, Any], bytes]):
         self.live = live
 
     def on_batch(self, values: list[Routed]) -> tuple[list[tuple[str, Any]], bool]:
+        started = time.perf_counter()
         wall = time.time() if self.live else None
-        return self.router.route_batch(values, wall), StatefulBatchLogic.RETAIN
+        out = self.router.route_batch(values, wall)
+        self._observe(started, wall)
+        return out, StatefulBatchLogic.RETAIN
+
+    def _observe(self, started: float, wall: float | None) -> None:
+        metrics.STEP_SECONDS.labels("route").observe(time.perf_counter() - started)
+        metrics.BUFFERED.set(self.router.buffered)
+        if wall is not None and self.router.clock.current != float("-inf"):
+            metrics.WATERMARK_DELAY.set(wall - self.router.clock.current)
+        metrics.mark_progress()
 
     def on_notify(self) -> tuple[list[tuple[str, Any]], bool]:
-        return self.router.idle(time.time()), StatefulBatchLogic.RETAIN
+        started, wall = time.perf_counter(), time.time()
+        out = self.router.idle(wall)
+        self._observe(started, wall)
+        return out, StatefulBatchLogic.RETAIN
 
     def on_eof(self) -> tuple[list[tuple[str, Any]], bool]:
         # A finite input has ended: everything has arrived. (Live sources never end.)
@@ -76,6 +90,13 @@ class MonitorLogic(StatefulBatchLogic[Any, Anomaly, bytes]):
         self.settings = settings
 
     def on_batch(self, values: list[Any]) -> tuple[list[Anomaly], bool]:
+        started = time.perf_counter()
+        try:
+            return self._on_batch(values)
+        finally:
+            metrics.STEP_SECONDS.labels("detect").observe(time.perf_counter() - started)
+
+    def _on_batch(self, values: list[Any]) -> tuple[list[Anomaly], bool]:
         out: list[Anomaly] = []
         for item in values:
             if isinstance(item, Tick):
@@ -193,6 +214,8 @@ def _decode_batch(batch: list[RawRecord | Routed | DeadLetter]) -> list[Routed |
             out.append(event)
         else:
             out.append((rec.clock, (_TOPIC_ORDER.get(rec.topic, 9), rec.partition, rec.offset), event, rec.payload))
+    metrics.count_by(metrics.EVENTS, ((TOPICS[r[1][0]],) for r in out if type(r) is tuple))
+    metrics.count_by(metrics.DEAD_LETTERS, ((r.topic,) for r in out if type(r) is not tuple))
     return out
 
 
@@ -259,6 +282,21 @@ def build_flow(
     actions = op.flat_map("policy", anomalies, decide)
     dead = op.merge("dead_letters", valid.falses, op.map("late_or_future", alive.falses, lambda kv: kv[1]))
 
+    op.output(
+        "metrics_anomalies",
+        anomalies,
+        CallbackSink(lambda items: metrics.count_by(metrics.ANOMALIES, ((a.kind,) for a in items))),
+    )
+    op.output(
+        "metrics_actions",
+        actions,
+        CallbackSink(lambda items: metrics.count_by(metrics.ACTIONS, ((a.action, a.status) for a in items))),
+    )
+    op.output(
+        "metrics_late",
+        alive.falses,
+        CallbackSink(lambda items: metrics.count_by(metrics.DEAD_LETTERS, ((d.topic,) for _, d in items))),
+    )
     if outputs.archive is not None:
         a = settings.archive
         for name, stream in (("anomalies", anomalies), ("actions", actions), ("dead_letter", dead)):

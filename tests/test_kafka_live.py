@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import urllib.request
 
 import msgspec
 import polars as pl
@@ -14,7 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from dataflows.config import KafkaSettings
 from dataflows.kafka_io import create_topics, produce_replay
 from detectors.events import Anomaly
-from tests.conftest import DEMO_DIR, Broker, replay, stop_process
+from tests.conftest import DEMO_DIR, Broker, free_port, replay, stop_process
 
 pytestmark = pytest.mark.kafka
 
@@ -46,8 +47,20 @@ def test_live_kafka_run_matches_replay(tansu: Broker, tmp_path):
     producer.flush(10)
 
     expected = replay(DEMO_DIR)
+    metrics_port = free_port()
     run = subprocess.Popen(
-        [sys.executable, "-m", "dataflows", "run", "--brokers", tansu.address, "--out", str(tmp_path / "out")],
+        [
+            sys.executable,
+            "-m",
+            "dataflows",
+            "run",
+            "--brokers",
+            tansu.address,
+            "--out",
+            str(tmp_path / "out"),
+            "--metrics-port",
+            str(metrics_port),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -56,6 +69,9 @@ def test_live_kafka_run_matches_replay(tansu: Broker, tmp_path):
         raw = consume_all(tansu.address, "anomalies", len(expected.anomalies), timeout_s=90)
         # Wait a little longer: a duplicate or an extra anomaly would show up now.
         raw += consume_all(tansu.address, "anomalies", 10_000, timeout_s=3)[len(raw) :]
+        base = f"http://127.0.0.1:{metrics_port}"
+        scraped = urllib.request.urlopen(f"{base}/metrics", timeout=5).read().decode()
+        health = urllib.request.urlopen(f"{base}/healthz", timeout=5)
     finally:
         stop_process(run)
     output = run.stdout.read().decode() if run.stdout else ""
@@ -67,6 +83,10 @@ def test_live_kafka_run_matches_replay(tansu: Broker, tmp_path):
         )
 
     assert summary(live) == summary(expected.anomalies), output[-3000:]
+    assert health.status == 200
+    assert 'trainguard_anomalies_total{kind="crash"} 1.0' in scraped
+    assert 'trainguard_dead_letters_total{topic="logs"} 3.0' in scraped
+    assert 'trainguard_events_total{topic="gpu"}' in scraped and "trainguard_watermark_delay_seconds" in scraped
     assert {a.kind for a in live} == {"crash", "hang", "straggler", "node_unhealthy"}
     actions = consume_all(tansu.address, "actions", len(expected.actions), timeout_s=10)
     assert sorted(msgspec.json.decode(v)["action_id"] for v in actions) == sorted(a.action_id for a in expected.actions)

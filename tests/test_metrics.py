@@ -1,0 +1,46 @@
+"""Prometheus metrics and the health endpoint."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+from prometheus_client import REGISTRY
+
+from dataflows import metrics
+from dataflows.metrics import MetricsServer
+from tests.conftest import DEMO_DIR, replay
+
+
+def value(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_a_run_counts_events_anomalies_and_actions():
+    before = {k: value("trainguard_events_total", topic=k) for k in ("logs", "progress", "gpu", "scheduler")}
+    crashes = value("trainguard_anomalies_total", kind="crash")
+    drains = value("trainguard_actions_total", action="drain_node", status="recommended")
+    result = replay(DEMO_DIR)
+    after = {k: value("trainguard_events_total", topic=k) for k in before}
+    assert sum(after.values()) - sum(before.values()) == 54_638
+    assert value("trainguard_anomalies_total", kind="crash") - crashes == len(result.by_kind("crash")) == 1
+    drained = [a for a in result.actions if a.action == "drain_node"]
+    assert value("trainguard_actions_total", action="drain_node", status="recommended") - drains == len(drained)
+    assert value("trainguard_step_seconds_count", step="detect") > 0
+
+
+def test_metrics_and_health_are_served_and_health_notices_a_stall():
+    server = MetricsServer(0, stale_after_s=60.0)
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        metrics.mark_progress()
+        assert b"trainguard_events_total" in urllib.request.urlopen(f"{base}/metrics", timeout=5).read()
+        assert urllib.request.urlopen(f"{base}/healthz", timeout=5).read() == b"ok\n"
+        server.stale_after_s = -1.0  # nothing processed "recently" any more
+        try:
+            urllib.request.urlopen(f"{base}/healthz", timeout=5)
+            raise AssertionError("a stalled flow must not report healthy")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 503
+    finally:
+        server.close()

@@ -352,6 +352,60 @@ def collect_gpu(
     console.print(f"collected {taken} sample round(s) of {len(collector.handles)} GPU(s) on {collector.node}")
 
 
+@app.command("ship-logs")
+def ship_logs(
+    paths: Annotated[list[Path], typer.Argument(help="Log files to follow, e.g. /shared/logs/slurm-*.out.")],
+    brokers: BrokersOpt = "",
+    state: Annotated[Path, typer.Option(help="Where shipped offsets are kept between runs.")] = Path(
+        ".trainguard-ship-state.json"
+    ),
+    node: Annotated[str | None, typer.Option(help="Node the logs come from (default: this host).")] = None,
+    job: Annotated[str | None, typer.Option(help="Job id (default: from slurm-<job>.out names).")] = None,
+    interval: Annotated[float, typer.Option(min=0.05, help="Seconds between polls.")] = 0.5,
+    once: Annotated[bool, typer.Option("--once", help="Ship what is there now, then exit.")] = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Follow growing log files and publish their lines to the logs topic (at least once, resumable)."""
+    import socket
+
+    import msgspec
+    from confluent_kafka import Producer
+
+    from dataflows.shipper import LogTailer
+
+    settings = _settings(config)
+    if brokers:
+        settings.kafka.brokers = brokers_list(brokers)
+    if not settings.kafka.brokers:
+        raise _fail("no Kafka brokers given; pass --brokers HOST:PORT or set TRAINGUARD_BROKERS.")
+    tailer = LogTailer(paths, state, node=node or socket.gethostname().split(".")[0], job_id=job)
+    producer = Producer({"bootstrap.servers": ",".join(settings.kafka.brokers), **settings.kafka.extra})
+    topic = settings.kafka.topic_for("logs")
+    enc = msgspec.json.Encoder()
+    shipped = 0
+    try:
+        while True:
+            records = tailer.poll()
+            for record in records:
+                producer.produce(topic, enc.encode(record), key=(record["job_id"] or record["node"]).encode())
+            if records:
+                if producer.flush(30) > 0:
+                    raise _fail(
+                        f"the brokers did not confirm delivery within 30s; offsets kept at the last "
+                        f"confirmed line ({','.join(settings.kafka.brokers)})."
+                    )
+                tailer.commit()  # only now: at-least-once
+                shipped += len(records)
+            if once:
+                break
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        tailer.close()
+    console.print(f"shipped {shipped} log lines to {topic}")
+
+
 @app.command("import-logs")
 def import_logs_cmd(
     files: Annotated[list[Path], typer.Argument(help="Plain-text log files, e.g. slurm-1234.out.")],

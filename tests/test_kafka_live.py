@@ -124,3 +124,37 @@ def test_generate_publishes_a_scenario_straight_to_kafka(tansu: Broker, tmp_path
     published = consume_all(tansu.address, "scheduler", 10_000, timeout_s=5)
     states = [msgspec.json.decode(v)["state"] for v in published]
     assert states.count("RUNNING") >= 20 and "FAILED" in states
+
+
+def test_ship_logs_delivers_each_line_once_across_restarts(tansu: Broker, tmp_path):
+    from typer.testing import CliRunner
+
+    from dataflows.cli import app
+
+    create_topics(KafkaSettings(brokers=[tansu.address]))
+    log = tmp_path / "slurm-77.out"
+    log.write_text("0: step 1\n0: step 2\n")
+    args = [
+        "ship-logs",
+        str(log),
+        "--brokers",
+        tansu.address,
+        "--state",
+        str(tmp_path / "state.json"),
+        "--once",
+        "--node",
+        "gpu-node-03",
+    ]
+    runner = CliRunner()
+    assert runner.invoke(app, args).exit_code == 0
+    assert runner.invoke(app, args).exit_code == 0  # a restart ships nothing again
+    with log.open("a") as fh:
+        fh.write("0: RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    assert runner.invoke(app, args).exit_code == 0
+    shipped = [msgspec.json.decode(v) for v in consume_all(tansu.address, "logs", 10, timeout_s=5)]
+    assert [r["line"] for r in shipped] == [
+        "step 1",
+        "step 2",
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+    ]
+    assert {(r["job_id"], r["node"], r["rank"]) for r in shipped} == {("77", "gpu-node-03", 0)}

@@ -14,7 +14,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from dataflows.archive import flush_open_archives
-from dataflows.cli_common import BrokersOpt, ConfigOpt, WorkersOpt, brokers_list, console, fail, settings_from
+from dataflows.cli_common import (
+    BrokersOpt,
+    ConfigOpt,
+    WorkersOpt,
+    brokers_list,
+    console,
+    fail,
+    kafka_settings,
+    settings_from,
+)
 from dataflows.cli_scenarios import register as register_scenario_commands
 from dataflows.config import ConfigError
 from dataflows.logimport import LogImportError, import_logs
@@ -273,11 +282,7 @@ def produce(
     """Publish a replay directory's records to the Kafka input topics, in event-time order."""
     from dataflows.kafka_io import create_topics, produce_replay
 
-    settings = _settings(config)
-    if brokers:
-        settings.kafka.brokers = brokers_list(brokers)
-    if not settings.kafka.brokers:
-        raise _fail("no Kafka brokers given; pass --brokers HOST:PORT or set TRAINGUARD_BROKERS.")
+    settings = kafka_settings(config, brokers)
     if speed is not None and speed <= 0:
         raise _fail(f"--speed must be a positive number, got {speed}.")
     try:
@@ -373,11 +378,7 @@ def ship_logs(
 
     from dataflows.shipper import LogTailer
 
-    settings = _settings(config)
-    if brokers:
-        settings.kafka.brokers = brokers_list(brokers)
-    if not settings.kafka.brokers:
-        raise _fail("no Kafka brokers given; pass --brokers HOST:PORT or set TRAINGUARD_BROKERS.")
+    settings = kafka_settings(config, brokers)
     tailer = LogTailer(paths, state, node=node or socket.gethostname().split(".")[0], job_id=job)
     producer = Producer({"bootstrap.servers": ",".join(settings.kafka.brokers), **settings.kafka.extra})
     topic = settings.kafka.topic_for("logs")

@@ -39,3 +39,13 @@ def settings_from(config: Path | None) -> Settings:
 
 def brokers_list(brokers: str) -> list[str]:
     return [b.strip() for b in brokers.split(",") if b.strip()]
+
+
+def kafka_settings(config: Path | None, brokers: str) -> Settings:
+    """Settings with ``--brokers`` applied; one sentence when no broker is known at all."""
+    settings = settings_from(config)
+    if brokers:
+        settings.kafka.brokers = brokers_list(brokers)
+    if not settings.kafka.brokers:
+        raise fail("no Kafka brokers given; pass --brokers HOST:PORT or set TRAINGUARD_BROKERS.")
+    return settings

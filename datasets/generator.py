@@ -30,7 +30,16 @@ from typing import Any
 
 import msgspec
 
-from datasets.scenario import BASE_TS, GPUS_PER_NODE, gpu_sample, hung_profile, rfc3339, throttled_profile
+from datasets.scenario import (
+    BASE_TS,
+    GPUS_PER_NODE,
+    gpu_sample,
+    hung_profile,
+    job_record,
+    log_record,
+    rfc3339,
+    throttled_profile,
+)
 
 WATCHDOG_S = 600.0  # PyTorch's NCCL watchdog default
 
@@ -190,29 +199,10 @@ class ClusterSim:
     def log(
         self, sink: Sink, ts: float, job: JobSim | None, node: str, rank: int | None, line: str, source: str = "app"
     ) -> None:
-        rec: dict[str, Any] = {
-            "ts": rfc3339(ts),
-            "job_id": job.job_id if job else None,
-            "node": node,
-            "source": source,
-            "line": line,
-        }
-        if rank is not None:
-            rec["rank"] = rank
-        sink.put("logs", ts, rec)
+        sink.put("logs", ts, log_record(ts, job.job_id if job else None, node, rank, line, source))
 
     def sched(self, sink: Sink, ts: float, job: JobSim, state: str, exit_code: int | None = None) -> None:
-        rec: dict[str, Any] = {
-            "ts": rfc3339(ts),
-            "kind": "job",
-            "job_id": job.job_id,
-            "state": state,
-            "nodes": job.nodes,
-            "ranks_per_node": GPUS_PER_NODE,
-        }
-        if exit_code is not None:
-            rec["exit_code"] = exit_code
-        sink.put("scheduler", ts, rec)
+        sink.put("scheduler", ts, job_record(ts, job.job_id, state, job.nodes, exit_code))
 
     def progress_line(self, job: JobSim, step: int, step_time: float, loss: str) -> str:
         if job.framework == "torchtitan":

@@ -30,6 +30,31 @@ def rfc3339(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
+def log_record(
+    ts: float, job_id: str | None, node: str, rank: int | None, line: str, source: str = "app"
+) -> dict[str, Any]:
+    """A wire-contract ``logs`` record."""
+    rec: dict[str, Any] = {"ts": rfc3339(ts), "job_id": job_id, "node": node, "source": source, "line": line}
+    if rank is not None:
+        rec["rank"] = rank
+    return rec
+
+
+def job_record(ts: float, job_id: str, state: str, nodes: list[str], exit_code: int | None = None) -> dict[str, Any]:
+    """A wire-contract ``scheduler`` job record."""
+    rec: dict[str, Any] = {
+        "ts": rfc3339(ts),
+        "kind": "job",
+        "job_id": job_id,
+        "state": state,
+        "nodes": nodes,
+        "ranks_per_node": GPUS_PER_NODE,
+    }
+    if exit_code is not None:
+        rec["exit_code"] = exit_code
+    return rec
+
+
 def gpu_sample(rng: random.Random, t: float, node: str, g: int, counters: list[int], busy: bool) -> dict[str, Any]:
     """One NVML sample: a busy GPU near full load, or an idle one; counters are cumulative."""
     return {
@@ -102,23 +127,10 @@ class Scenario:
 
     # -- writers ---------------------------------------------------------------------
     def log(self, ts: float, job: str | None, node: str, rank: int | None, line: str, source: str = "app") -> None:
-        rec: dict[str, Any] = {"ts": rfc3339(ts), "job_id": job, "node": node, "source": source, "line": line}
-        if rank is not None:
-            rec["rank"] = rank
-        self.records["logs"].append(rec)
+        self.records["logs"].append(log_record(ts, job, node, rank, line, source))
 
     def sched_job(self, ts: float, job: Job, state: str, exit_code: int | None = None) -> None:
-        rec = {
-            "ts": rfc3339(ts),
-            "kind": "job",
-            "job_id": job.job_id,
-            "state": state,
-            "nodes": job.nodes,
-            "ranks_per_node": GPUS_PER_NODE,
-        }
-        if exit_code is not None:
-            rec["exit_code"] = exit_code
-        self.records["scheduler"].append(rec)
+        self.records["scheduler"].append(job_record(ts, job.job_id, state, job.nodes, exit_code))
 
     def label(self, **fields: Any) -> None:
         fields["onset_ts"] = rfc3339(fields["onset_ts"])

@@ -135,9 +135,11 @@ def score(
         raise fail(f"anomalies directory {anomalies} does not exist; pass OUT/anomalies from a replay.")
     if actions is not None and not actions.is_dir():
         raise fail(f"actions directory {actions} does not exist; pass OUT/actions from a replay.")
-    report = score_report(
-        load_labels(labels), load_archive(anomalies), load_archive(actions) if actions is not None else None
-    )
+    try:
+        labelled = load_labels(labels)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    report = score_report(labelled, load_archive(anomalies), load_archive(actions) if actions is not None else None)
     if as_json:
         typer.echo(json.dumps(report, indent=2, default=str))
     else:

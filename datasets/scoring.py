@@ -47,9 +47,19 @@ def _ts(value: Any) -> float:
 
 
 def load_labels(path: Path) -> list[dict[str, Any]]:
-    labels = [msgspec.json.decode(line) for line in path.read_bytes().splitlines() if line.strip()]
-    for label in labels:
-        label["onset"] = _ts(label["onset_ts"])
+    """The labelled faults of a scenario; ``ValueError`` with one sentence for a malformed file."""
+    labels = []
+    for number, line in enumerate(path.read_bytes().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            label = msgspec.json.decode(line)
+            label["onset"] = _ts(label["onset_ts"])
+            for key in ("kind", "layer", "job_id", "nodes"):
+                label[key]
+        except (msgspec.DecodeError, KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"labels file {path} line {number} is not a label ({exc}).") from None
+        labels.append(label)
     return labels
 
 

@@ -210,3 +210,11 @@ def test_cli_generate_score_and_tune(tmp_path: Path):
 def test_scenario_commands_refuse_bad_arguments_in_one_sentence(args: list[str], message: str):
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and message in result.output
+
+
+def test_a_malformed_labels_file_is_one_sentence(tmp_path: Path):
+    labels = tmp_path / "labels.jsonl"
+    labels.write_bytes(b'{"fault_id": "f1", "onset_ts": "2026-12-01T10:00:00Z"}\n\x00\xffjunk\n')
+    (tmp_path / "anomalies").mkdir()
+    result = runner.invoke(app, ["score", "--labels", str(labels), "--anomalies", str(tmp_path / "anomalies")])
+    assert result.exit_code == 2 and "line 1 is not a label" in result.output

@@ -70,3 +70,11 @@ def test_a_file_that_does_not_exist_yet_is_waited_for(tmp_path: Path):
     assert tailer.poll() == []
     log.write_text("hello\n")
     assert lines_of(tailer.poll()) == ["hello"]
+
+
+def test_binary_junk_and_odd_bytes_are_shipped_not_fatal(tmp_path: Path):
+    log = tmp_path / "junk.log"
+    log.write_bytes(b"\x00\xff\xfe\x89PNG\r\n" + "ok ✓\n".encode() + b"\xc3\x28 broken utf-8\n")
+    records = LogTailer([log]).poll(now=lambda: 1_796_210_000.0)
+    assert len(records) == 3 and records[1]["line"] == "ok ✓"
+    assert all(isinstance(decode("logs", __import__("msgspec").json.encode(r)), LogRecord) for r in records)

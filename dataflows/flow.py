@@ -43,17 +43,20 @@ from detectors.settings import DetectorSettings
 # ---------------------------------------------------------------- stateful steps
 
 
-class RouterLogic(StatefulBatchLogic[Routed, tuple[str, Any], bytes]):
+class RouterLogic(StatefulBatchLogic[Routed | DeadLetter, tuple[str, Any], bytes]):
     """Bytewax shell around :class:`Router`; live mode also ticks on wall-clock idle."""
 
     def __init__(self, router: Router, live: bool) -> None:
         self.router = router
         self.live = live
 
-    def on_batch(self, values: list[Routed]) -> tuple[list[tuple[str, Any]], bool]:
+    def on_batch(self, values: list[Routed | DeadLetter]) -> tuple[list[tuple[str, Any]], bool]:
         started = time.perf_counter()
         wall = time.time() if self.live else None
-        out = self.router.route_batch(values, wall)
+        dead = [(DEAD, v) for v in values if type(v) is not tuple]  # refused by the decoder: pass them on
+        out = self.router.route_batch([v for v in values if type(v) is tuple] if dead else values, wall)  # type: ignore[arg-type]
+        if dead:
+            out = dead + out
         self._observe(started, wall)
         return out, StatefulBatchLogic.RETAIN
 
@@ -203,19 +206,27 @@ class Outputs:
 _TOPIC_ORDER = {t: i for i, t in enumerate(TOPICS)}
 
 
-def _decode_batch(batch: list[RawRecord | Routed | DeadLetter]) -> list[Routed | DeadLetter]:
-    out: list[Routed | DeadLetter] = []
+def _decode_batch(batch: list[RawRecord | Routed | DeadLetter]) -> list[tuple[str, Routed | DeadLetter]]:
+    """Decode a batch for the router; replay sources hand over records they already decoded."""
+    out: list[tuple[str, Routed | DeadLetter]] = []
+    events: list[str] = []
     for rec in batch:
-        if isinstance(rec, DeadLetter) or type(rec) is tuple:  # already decoded by the source (replay)
-            out.append(rec)
+        if type(rec) is tuple:  # already decoded by the source (replay)
+            out.append(("router", rec))
+            events.append(TOPICS[rec[1][0]])
+            continue
+        if isinstance(rec, DeadLetter):
+            out.append(("router", rec))
             continue
         event = decode(rec.topic, rec.payload, rec.partition, rec.offset)
         if isinstance(event, DeadLetter):
-            out.append(event)
+            out.append(("router", event))
         else:
-            out.append((rec.clock, (_TOPIC_ORDER.get(rec.topic, 9), rec.partition, rec.offset), event, rec.payload))
-    metrics.count_by(metrics.EVENTS, ((TOPICS[r[1][0]],) for r in out if type(r) is tuple))
-    metrics.count_by(metrics.DEAD_LETTERS, ((r.topic,) for r in out if type(r) is not tuple))
+            out.append(
+                ("router", (rec.clock, (_TOPIC_ORDER.get(rec.topic, 9), rec.partition, rec.offset), event, rec.payload))
+            )
+            events.append(rec.topic)
+    metrics.count_by(metrics.EVENTS, ((topic,) for topic in events))
     return out
 
 
@@ -245,22 +256,19 @@ def build_flow(
     raw = op.input("input", flow, source)
     if record_mapper is not None:
         raw = op.map("to_records", raw, record_mapper)
-    decoded = op.flat_map_batch("decode", raw, _decode_batch)
-    valid = op.branch("valid", decoded, lambda x: not isinstance(x, DeadLetter))
-    keyed = op.key_on("to_router", valid.trues, lambda _: "router")
-    routed = op.key_rm(
-        "routed",
-        op.stateful_batch(
-            "route",
-            keyed,
-            lambda state: RouterLogic(  # type: ignore[arg-type]
-                pickle.loads(state)
-                if state
-                else Router(router_settings, clock_partitions, time.time() if live else None),
-                live,
-            ),
+    # Decoded events and dead letters alike go to the one router (keyed "router"), which
+    # passes the dead letters through: one fewer per-item step on the hot path.
+    keyed = op.flat_map_batch("decode", raw, _decode_batch)
+    router_out = op.stateful_batch(
+        "route",
+        keyed,
+        lambda state: RouterLogic(  # type: ignore[arg-type]
+            pickle.loads(state) if state else Router(router_settings, clock_partitions, time.time() if live else None),
+            live,
         ),
     )
+    # Like key_rm, but one Python call per batch instead of one per event.
+    routed = op.flat_map_batch("routed", router_out, lambda batch: [kv for _, kv in batch])
     alive = op.branch("dead_or_alive", routed, lambda kv: kv[0] != DEAD)
     anomalies = op.key_rm(
         "anomalies",
@@ -280,7 +288,7 @@ def build_flow(
         ),
     )
     actions = op.flat_map("policy", anomalies, decide)
-    dead = op.merge("dead_letters", valid.falses, op.map("late_or_future", alive.falses, lambda kv: kv[1]))
+    dead = op.map("dead_letters", alive.falses, lambda kv: kv[1])
 
     op.output(
         "metrics_anomalies",

@@ -14,8 +14,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from dataflows.config import KafkaSettings
 from dataflows.kafka_io import create_topics, produce_replay
+from dataflows.tansu import free_port
 from detectors.events import Anomaly
-from tests.conftest import DEMO_DIR, Broker, free_port, replay, stop_process
+from tests.conftest import DEMO_DIR, Broker, replay, stop_process
 
 pytestmark = pytest.mark.kafka
 

@@ -17,7 +17,7 @@ import os
 import pickle
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -200,7 +200,6 @@ class Outputs:
     on_anomalies: Callable[[list[Anomaly]], None] | None = None
     on_actions: Callable[[list[Action]], None] | None = None
     on_dead_letters: Callable[[list[DeadLetter]], None] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 _TOPIC_ORDER = {t: i for i, t in enumerate(TOPICS)}

@@ -12,6 +12,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,11 @@ def start_tansu(binary: str, port: int | None = None) -> Broker:
             time.sleep(0.1)
     stop_process(proc)
     raise RuntimeError("tansu did not start listening within 20s")
+
+
+def start_trainguard(args: list[str], **popen: object) -> subprocess.Popen[bytes]:
+    """``trainguard ARGS…`` as a child in its own process group (stop it with :func:`stop_process`)."""
+    return subprocess.Popen([sys.executable, "-m", "dataflows", *args], start_new_session=True, **popen)  # type: ignore[call-overload]
 
 
 def stop_process(proc: subprocess.Popen[bytes]) -> None:

@@ -347,7 +347,7 @@ class ClusterSim:
                     if name == "xid94"
                     else "CUDA error: unspecified launch failure"
                 )
-            self.crash_cascade(sink, job, t, node, what, hidden=False)
+            self.crash_cascade(sink, job, t, node, what)
             self.label(fid, name, t, job, [node], [], [f"{node}/{g}"])
         elif name == "ib_link_flap":
             self.log(
@@ -360,7 +360,7 @@ class ClusterSim:
                 source="app",
             )
             self.crash_cascade(
-                sink, job, t + 1.0, node, "NCCL error: remote process exited or there was a network error", hidden=False
+                sink, job, t + 1.0, node, "NCCL error: remote process exited or there was a network error"
             )
             self.label(fid, name, t, job, [node])
         elif name == "hidden_root_cascade":
@@ -386,11 +386,11 @@ class ClusterSim:
                 else "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
             )
             self.log(sink, t, job, node, rank, f"[rank{rank}]: {what}")
-            self.crash_cascade(sink, job, t + 0.5, node, what, hidden=False, log_root=False)
+            self.crash_cascade(sink, job, t + 0.5, node, what, log_root=False)
             self.label(fid, name, t, job, [node], [rank])
         elif name == "lemon_node":
             self.log(sink, t, job, node, rank, f"[rank{rank}]: RuntimeError: CUDA error: unspecified launch failure")
-            self.crash_cascade(sink, job, t + 0.5, node, "", hidden=False, log_root=False)
+            self.crash_cascade(sink, job, t + 0.5, node, "", log_root=False)
             self.label(fid, name, t, job, [node], [rank])
         elif name == "nan_loss":
             job.nan_from = t
@@ -432,9 +432,7 @@ class ClusterSim:
             "600013 milliseconds before timing out."
         )
 
-    def crash_cascade(
-        self, sink: Sink, job: JobSim, t: float, node: str, what: str, hidden: bool, log_root: bool = True
-    ) -> None:
+    def crash_cascade(self, sink: Sink, job: JobSim, t: float, node: str, what: str, log_root: bool = True) -> None:
         """The ranks of ``node`` print ``what``; the others time out; torchrun gives up; the job fails."""
         job.stalled_at = t
         for r in range(job.ranks):

@@ -64,7 +64,7 @@ def main() -> None:
 
     from dataflows.config import KafkaSettings
     from dataflows.kafka_io import create_topics, produce_records
-    from dataflows.tansu import free_port, start_tansu, stop_process, tansu_binary
+    from dataflows.tansu import free_port, start_tansu, start_trainguard, stop_process, tansu_binary
 
     binary = tansu_binary()
     if binary is None:
@@ -89,22 +89,10 @@ def main() -> None:
                     arrivals.setdefault(f"{anomaly['kind']}_onset", anomaly["onset_ts"])
         consumer.close()
 
-    run = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dataflows",
-            "run",
-            "--brokers",
-            broker.address,
-            "--config",
-            str(config),
-            "--metrics-port",
-            str(free_port()),
-        ],
+    run = start_trainguard(
+        ["run", "--brokers", broker.address, "--config", str(config), "--metrics-port", str(free_port())],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        start_new_session=True,
     )
     listener = threading.Thread(target=listen, daemon=True)
     listener.start()

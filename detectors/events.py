@@ -32,7 +32,6 @@ MAX_RECORD_BYTES = 256 * 1024
 MIN_TS = 946_684_800.0  # 2000-01-01T00:00:00Z
 MAX_TS = 4_102_444_800.0  # 2100-01-01T00:00:00Z
 
-Topic = Literal["logs", "progress", "gpu", "scheduler"]
 TOPICS: tuple[str, ...] = ("logs", "progress", "gpu", "scheduler")
 
 
@@ -176,15 +175,7 @@ def decode(topic: str, payload: bytes | str | None, partition: int = 0, offset: 
     return DeadLetter(topic=topic, partition=partition, offset=offset, reason=reason, payload=raw)
 
 
-def event_key_fields(event: Event) -> tuple[str | None, str | None]:
-    """``(job_id, node)`` of an event, either may be ``None``."""
-    return getattr(event, "job_id", None), getattr(event, "node", None)
-
-
 # ---------------------------------------------------------------- outputs
-
-Kind = Literal["crash", "hang", "straggler", "gpu_degraded", "node_unhealthy"]
-Layer = Literal["hardware", "system", "application", "unknown"]
 
 
 class Anomaly(msgspec.Struct, kw_only=True, gc=False):

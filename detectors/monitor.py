@@ -36,7 +36,6 @@ from detectors.straggler import StragglerDetector
 
 RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING"})
 WAITING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "RESIZING"})
-BENIGN_END_STATES = frozenset({"COMPLETED", "CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE"})
 FAILED_STATES: dict[str, tuple[str, str]] = {
     "FAILED": ("job_failed", "unknown"),
     "NODE_FAIL": ("node_fail", "hardware"),
@@ -72,7 +71,6 @@ def to_anomaly(scope: str, job_id: str | None, f: Finding) -> Anomaly:
 class _Incident:
     anomaly_id: str
     last_ts: float
-    absorbed: int = 0
 
 
 class JobMonitor:
@@ -299,7 +297,6 @@ class JobMonitor:
                 and (f.onset_ts <= inc.last_ts + self.settings.crash.group_window_s)
             ):
                 inc.last_ts = max(inc.last_ts, f.detected_at)
-                inc.absorbed += 1
                 continue
             if f.kind not in INCIDENT_KINDS:
                 # One straggler / numerics / degradation report per episode, not per step;

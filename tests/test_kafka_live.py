@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 import urllib.request
 
@@ -14,7 +13,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from dataflows.config import KafkaSettings
 from dataflows.kafka_io import create_topics, produce_replay
-from dataflows.tansu import free_port
+from dataflows.tansu import free_port, start_trainguard
 from detectors.events import Anomaly
 from tests.conftest import DEMO_DIR, Broker, replay, stop_process
 
@@ -49,22 +48,10 @@ def test_live_kafka_run_matches_replay(tansu: Broker, tmp_path):
 
     expected = replay(DEMO_DIR)
     metrics_port = free_port()
-    run = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dataflows",
-            "run",
-            "--brokers",
-            tansu.address,
-            "--out",
-            str(tmp_path / "out"),
-            "--metrics-port",
-            str(metrics_port),
-        ],
+    run = start_trainguard(
+        ["run", "--brokers", tansu.address, "--out", str(tmp_path / "out"), "--metrics-port", str(metrics_port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        start_new_session=True,
     )
     try:
         raw = consume_all(tansu.address, "anomalies", len(expected.anomalies), timeout_s=90)

@@ -36,8 +36,6 @@ app = typer.Typer(
     help="Streaming anomaly detection and recovery actions for GPU training jobs.",
 )
 DEMO_DIR = Path(__file__).resolve().parent.parent / "datasets" / "samples" / "demo"
-_fail = fail
-_settings = settings_from
 
 
 class RunReport:
@@ -120,12 +118,12 @@ def _replay(
 ) -> RunReport:
     from dataflows.flow import build_flow
 
-    settings = _settings(config)
+    settings = settings_from(config)
     try:
         source = ReplaySource(directory, speed=speed)
         total = count_records(directory)
     except ReplayError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     report = RunReport(echo=not quiet)
     columns = (TextColumn("replay"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True, disable=quiet) as progress:
@@ -209,20 +207,20 @@ def run(
     from dataflows.flow import build_flow
     from dataflows.kafka_io import KafkaRecordMapper, check_topics, kafka_source
 
-    settings = _settings(config)
+    settings = settings_from(config)
     if brokers:
         settings.kafka.brokers = brokers_list(brokers)
     for mapping in topic or []:
         stream, sep, name = mapping.partition("=")
         if not sep or stream not in ("logs", "progress", "gpu", "scheduler") or not name:
-            raise _fail(
+            raise fail(
                 f"--topic {mapping!r} must look like STREAM=TOPIC with STREAM one of logs, progress, gpu, scheduler."
             )
         settings.kafka.topics[stream] = name
     try:
         inputs = check_topics(settings.kafka)
     except ConfigError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     report = RunReport(echo=True)
     server = None
     if metrics_port:
@@ -231,7 +229,7 @@ def run(
         try:
             server = MetricsServer(metrics_port, metrics_host)
         except OSError as exc:
-            raise _fail(
+            raise fail(
                 f"cannot serve metrics on {metrics_host}:{metrics_port} ({exc.strerror}); "
                 "pick another --metrics-port or 0 to turn them off."
             ) from None
@@ -284,13 +282,13 @@ def produce(
 
     settings = kafka_settings(config, brokers)
     if speed is not None and speed <= 0:
-        raise _fail(f"--speed must be a positive number, got {speed}.")
+        raise fail(f"--speed must be a positive number, got {speed}.")
     try:
         if create:
             create_topics(settings.kafka)
         counts = produce_replay(directory, settings.kafka, speed)
     except ReplayError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     console.print("published " + ", ".join(f"{n} {t}" for t, n in counts.items()))
 
 
@@ -314,15 +312,15 @@ def collect_gpu(
 
     from dataflows.nvml_collector import GpuCollector, NvmlUnavailable
 
-    settings = _settings(config)
+    settings = settings_from(config)
     if brokers:
         settings.kafka.brokers = brokers_list(brokers)
     if out is None and not settings.kafka.brokers:
-        raise _fail("give --brokers HOST:PORT (or TRAINGUARD_BROKERS) to publish, or --out FILE to write JSON Lines.")
+        raise fail("give --brokers HOST:PORT (or TRAINGUARD_BROKERS) to publish, or --out FILE to write JSON Lines.")
     try:
         collector = GpuCollector(node or socket.gethostname().split(".")[0])
     except NvmlUnavailable as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     enc = msgspec.json.Encoder()
     producer = None
     if out is None:
@@ -391,7 +389,7 @@ def ship_logs(
                 producer.produce(topic, enc.encode(record), key=(record["job_id"] or record["node"]).encode())
             if records:
                 if producer.flush(30) > 0:
-                    raise _fail(
+                    raise fail(
                         f"the brokers did not confirm delivery within 30s; offsets kept at the last "
                         f"confirmed line ({','.join(settings.kafka.brokers)})."
                     )
@@ -419,7 +417,7 @@ def import_logs_cmd(
     try:
         path, count = import_logs(files, out, job_id=job, node=node, year=year)
     except LogImportError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     console.print(f"wrote {count} log records to {path}")
 
 

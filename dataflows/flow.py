@@ -34,7 +34,7 @@ from dataflows import metrics
 from dataflows.archive import ParquetArchiveSink
 from dataflows.config import Settings, load_settings
 from dataflows.records import RawRecord, Routed
-from detectors.events import TOPICS, Action, Anomaly, DeadLetter, Event, Tick, decode
+from detectors.events import TOPICS, Action, Anomaly, DeadLetter, Event, GpuSample, LogRecord, NodeEvent, Tick, decode
 from detectors.history import HistoryAttributor
 from detectors.monitor import JobMonitor, NodeMonitor
 from detectors.routing import DEAD, Router
@@ -134,8 +134,6 @@ class HistoryLogic(StatefulBatchLogic[Anomaly, Anomaly, bytes]):
 
 def _new_monitor(event: Event, settings: DetectorSettings) -> JobMonitor | NodeMonitor:
     job = getattr(event, "job_id", None)
-    from detectors.events import GpuSample, LogRecord, NodeEvent
-
     if isinstance(event, GpuSample | NodeEvent) or (isinstance(event, LogRecord) and job is None):
         return NodeMonitor(event.node, settings)
     return JobMonitor(str(job), settings)

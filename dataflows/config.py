@@ -12,6 +12,7 @@ from typing import Literal
 import msgspec
 import yaml
 
+from actions.policy import PolicyConfig
 from detectors.events import TOPICS
 from detectors.routing import RouterSettings
 from detectors.settings import DetectorSettings
@@ -42,8 +43,17 @@ class ArchiveSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     roll_s: float = 10.0
 
 
-class PolicySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    mode: Literal["monitor"] = "monitor"
+class SchedulerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Which scheduler the action sink may act on, and how its commands are run."""
+
+    driver: Literal["none", "dry-run", "slurm", "kubernetes"] = "none"
+    ssh_host: str | None = None  # run the Slurm tools on this host (ssh -o BatchMode=yes)
+    bin_dir: str | None = None  # where the Slurm tools are (default: PATH)
+    timeout_s: float = 30.0
+    attempts: int = 3
+    backoff_s: float = 1.0
+    namespace: str = "default"  # Kubernetes
+    kube_context: str | None = None
 
 
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -51,7 +61,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     router: RouterSettings = msgspec.field(default_factory=RouterSettings)
     kafka: KafkaSettings = msgspec.field(default_factory=KafkaSettings)
     archive: ArchiveSettings = msgspec.field(default_factory=ArchiveSettings)
-    policy: PolicySettings = msgspec.field(default_factory=PolicySettings)
+    policy: PolicyConfig = msgspec.field(default_factory=PolicyConfig)
+    scheduler: SchedulerSettings = msgspec.field(default_factory=SchedulerSettings)
     audit_log: str | None = None
 
 

@@ -2,9 +2,10 @@
 
 ::
 
-    input ─► decode ─┬─► route (one router: clock, job↔node map, ticks) ─► detect (keyed by job/node) ─► policy
-                     │            └─► dead letters                          │                          │
-                     └─► dead letters ──────────────────────────────────────┴► anomalies sinks         └► actions sinks
+    input ─► decode ─┬─► route (one router: clock, job↔node map, ticks) ─► detect (keyed by job/node)
+                     │            └─► dead letters                                   │
+                     └─► dead letters     anomalies sinks ◄─┬── attribute (history) ◄─┘
+                                                            └─► decide (policy) ─► execute (driver) ─► actions sinks
 
 Build it with :func:`build_flow` and run it the Bytewax way
 (``python -m bytewax.run "dataflows.flow:from_env()"``) or through the CLI.
@@ -28,9 +29,10 @@ from bytewax.inputs import Source
 from bytewax.operators import StatefulBatchLogic
 from bytewax.outputs import DynamicSink, StatelessSinkPartition
 
-from actions.audit import AuditLog
-from actions.policy import decide
+from actions.executor import ActionExecutor
+from actions.policy import Policy
 from dataflows import metrics
+from dataflows.action_step import ActionLogic, PolicyLogic, make_executor
 from dataflows.archive import ParquetArchiveSink
 from dataflows.config import Settings, load_settings
 from dataflows.records import RawRecord, Routed
@@ -160,32 +162,6 @@ class CallbackSink(DynamicSink[Any]):
         return _CallbackPartition(self.fn)
 
 
-class _AuditPartition(StatelessSinkPartition[Action]):
-    def __init__(self, path: Path) -> None:
-        self._log = AuditLog(path)
-
-    def write_batch(self, items: list[Action]) -> None:
-        self._log.extend([{"event": a.status, "recorded_at": time.time(), **_asdict(a)} for a in items])
-
-    def close(self) -> None:
-        self._log.close()
-
-
-class AuditSink(DynamicSink[Action]):
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-
-    def build(self, step_id: str, worker_index: int, worker_count: int) -> _AuditPartition:
-        suffix = "" if worker_count == 1 else f".w{worker_index}"
-        return _AuditPartition(self.path.with_name(self.path.name + suffix))
-
-
-def _asdict(item: Any) -> dict[str, Any]:
-    import msgspec
-
-    return msgspec.structs.asdict(item)
-
-
 # ---------------------------------------------------------------- the flow
 
 
@@ -198,6 +174,8 @@ class Outputs:
     on_anomalies: Callable[[list[Anomaly]], None] | None = None
     on_actions: Callable[[list[Action]], None] | None = None
     on_dead_letters: Callable[[list[DeadLetter]], None] | None = None
+    # Builds the action executor (default: from the settings' policy, scheduler and audit log).
+    executor: Callable[[], ActionExecutor] | None = None
 
 
 _TOPIC_ORDER = {t: i for i, t in enumerate(TOPICS)}
@@ -284,7 +262,21 @@ def build_flow(
             ),
         ),
     )
-    actions = op.flat_map("policy", anomalies, decide)
+    decisions = op.key_rm(
+        "decided",
+        op.stateful_batch(
+            "decide",
+            op.key_on("to_policy", anomalies, lambda _: "policy"),
+            lambda state: PolicyLogic(pickle.loads(state) if state else Policy(settings.policy)),
+        ),
+    )
+    new_executor = outputs.executor or (lambda: make_executor(settings))
+    actions = op.key_rm(
+        "executed",
+        op.stateful_batch(
+            "execute", op.key_on("to_executor", decisions, lambda _: "actions"), lambda _: ActionLogic(new_executor())
+        ),
+    )
     dead = op.map("dead_letters", alive.falses, lambda kv: kv[1])
 
     op.output(
@@ -312,8 +304,6 @@ def build_flow(
         ks = settings.kafka
         out = op.merge("kafka_out", anomalies, actions, dead)
         op.output("kafka", op.map("to_kafka", out, lambda x: to_kafka_message(ks, x)), kafka_sink(ks))
-    if settings.audit_log:
-        op.output("audit", actions, AuditSink(settings.audit_log))
     for name, stream, fn in (
         ("anomalies", anomalies, outputs.on_anomalies),
         ("actions", actions, outputs.on_actions),

@@ -205,7 +205,8 @@ def score_actions(
     faults = [lab for lab in labels if lab["kind"] != "benign"]
     hardware_nodes = {n for lab in faults if lab["layer"] == "hardware" for n in lab["nodes"]}
     by_id = {a["anomaly_id"]: a for a in anomalies}
-    drains = [x for x in actions if x["action"] == "drain_node"]
+    # A suppressed drain (cooldown, retry budget) drains nothing; a recommended one would have.
+    drains = [x for x in actions if x["action"] == "drain_node" and x.get("status") != "suppressed"]
     wrongful = []
     for drain in drains:
         anomaly = by_id.get(drain["anomaly_id"], {})

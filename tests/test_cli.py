@@ -44,8 +44,18 @@ def test_bad_config_values_are_one_sentence(tmp_path: Path):
     cfg.write_text("router:\n  lateness_s: soon\n")
     line = _one_sentence_error(runner.invoke(app, ["replay", str(tmp_path), "--config", str(cfg)]))
     assert "Expected `float`, got `str` - at `$.router.lateness_s`" in line
-    cfg.write_text("policy:\n  mode: enforce\n")
+    cfg.write_text("policy:\n  mode: enforced\n")  # a typo must never switch a cluster to enforce
     assert "$.policy.mode" in _one_sentence_error(runner.invoke(app, ["replay", str(tmp_path), "-c", str(cfg)]))
+    cfg.write_text("policy:\n  mdoe: enforce\n")
+    assert "mdoe" in _one_sentence_error(runner.invoke(app, ["replay", str(tmp_path), "-c", str(cfg)]))
+    cfg.write_text("policy:\n  scopes:\n    - {mode: enforce}\n")
+    assert "neither a partition nor a job" in _one_sentence_error(
+        runner.invoke(app, ["replay", str(tmp_path), "-c", str(cfg)])
+    )
+    cfg.write_text("policy:\n  breaker:\n    max_partition_fraction: 1.5\n")
+    assert "max_partition_fraction" in _one_sentence_error(
+        runner.invoke(app, ["replay", str(tmp_path), "-c", str(cfg)])
+    )
     cfg.write_text("detectors:\n  hang:\n    flor_s: 3\n")
     assert "flor_s" in _one_sentence_error(runner.invoke(app, ["replay", str(tmp_path), "-c", str(cfg)]))
     cfg.write_text("[1, 2\n")

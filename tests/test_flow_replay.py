@@ -49,7 +49,11 @@ def test_benign_pauses_cancel_and_counter_reset_raise_nothing(demo_result: RunRe
 
 
 def test_monitor_mode_recommends_without_acting(demo_result: RunResult):
-    assert demo_result.actions and all(a.status == "recommended" and a.mode == "monitor" for a in demo_result.actions)
+    assert demo_result.actions and all(a.mode == "monitor" for a in demo_result.actions)
+    assert {a.status for a in demo_result.actions} == {"recommended", "suppressed"}
+    # The lost GPU on gpu-node-04 150 s after its Xid 79 asks for the same drain: the cooldown folds it.
+    (again,) = [a for a in demo_result.actions if a.status == "suppressed"]
+    assert (again.action, again.target) == ("drain_node", "gpu-node-04") and "cooldown" in again.reason
     crash = demo_result.by_kind("crash")[0]
     assert {(a.action, a.target) for a in demo_result.actions if a.anomaly_id == crash.anomaly_id} == {
         ("drain_node", "gpu-node-04"),
@@ -132,7 +136,7 @@ def test_parquet_archive_is_partitioned_and_readable_with_polars(tmp_path: Path)
     hive = pl.scan_parquet(out / "anomalies" / "**" / "*.parquet", hive_partitioning=True).collect()
     assert hive["date"].cast(pl.String).unique().to_list() == ["2026-12-01"]
     actions = pl.scan_parquet(out / "actions" / "**" / "*.parquet").collect()
-    assert actions.height == len(result.actions) and set(actions["status"]) == {"recommended"}
+    assert actions.height == len(result.actions) and set(actions["status"]) == {"recommended", "suppressed"}
 
 
 def test_missing_replay_directory_is_one_clear_sentence(tmp_path: Path):
@@ -181,4 +185,20 @@ def test_audit_log_records_every_recommendation(tmp_path: Path):
     result = replay(DEMO_DIR, settings=settings)
     entries = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
     assert sorted(e["action_id"] for e in entries) == sorted(a.action_id for a in result.actions)
-    assert all(e["event"] == "recommended" and e["mode"] == "monitor" and e["recorded_at"] > 0 for e in entries)
+    assert all(e["event"] == a.status for e, a in zip(entries, result.actions, strict=True))
+    assert all(e["mode"] == "monitor" and e["recorded_at"] > 0 for e in entries)
+    crash = next(e for e in entries if e["action"] == "drain_node")
+    # Enough to answer "why was this node drained?" without the archive.
+    assert crash["category"] == "xid_79" and crash["layer"] == "hardware" and crash["job_id"] == "1002"
+    assert crash["evidence"] and crash["detected_at"] > 0
+
+
+def test_replaying_again_with_the_same_audit_log_repeats_nothing(tmp_path: Path):
+    from dataflows.config import Settings
+
+    settings = Settings(audit_log=str(tmp_path / "audit.jsonl"))
+    first = replay(DEMO_DIR, settings=settings)
+    lines = (tmp_path / "audit.jsonl").read_text().count("\n")
+    second = replay(DEMO_DIR, settings=settings)
+    assert first.actions and not second.actions
+    assert (tmp_path / "audit.jsonl").read_text().count("\n") == lines

@@ -1,0 +1,325 @@
+"""The action sink: mode per scope, inventory check, circuit breaker, idempotency, audit, execution.
+
+Monitor → quarantine → drain → remediate, as NVSentinel separates them: the
+policy has decided; here each decision is either published as a recommendation
+(monitor mode, or the breaker is open) or carried out by the scheduler driver,
+with an ``intent`` entry fsynced before the command and the outcome after. On
+start, intents without an outcome (the process died in between) are reconciled
+against the scheduler's real state: finished if the scheduler shows the effect,
+carried out now otherwise — never repeated, never lost.
+
+>>> from actions.drivers import DryRunDriver, Inventory, NodeInfo
+>>> from actions.policy import PolicyConfig
+>>> from detectors.events import Action, Anomaly
+>>> inv = Inventory(nodes={f"n{i}": NodeInfo(f"n{i}", "idle", ("gpu",)) for i in range(20)})
+>>> driver = DryRunDriver(inv)
+>>> ex = ActionExecutor(PolicyConfig(mode="enforce"), driver)
+>>> anomaly = Anomaly(anomaly_id="an-1", detected_at=5.0, kind="node_unhealthy", category="xid_79",
+...                   layer="hardware", nodes=["n3"])
+>>> drain = Action(action_id="ac-1", anomaly_id="an-1", decided_at=5.0, action="drain_node", target="n3")
+>>> done = ex.execute(anomaly, drain)
+>>> (done.status, done.mode, driver.commands)
+('applied', 'enforce', [('drain_node', 'n3', '')])
+>>> ex.execute(anomaly, drain) is None  # the same action again: already done
+True
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from actions.audit import AuditLog, read_entries
+from actions.breaker import CircuitBreaker
+from actions.commands import Attempt, CommandFailed
+from actions.drivers import SAFE_JOB, SAFE_NODE, Inventory, SchedulerDriver, clean_reason
+from actions.policy import Mode, PolicyConfig
+from detectors.events import Action, Anomaly
+
+NODE_ACTIONS = ("drain_node", "resume_node")
+JOB_ACTIONS = ("requeue_job", "hold_job", "release_job", "cancel_job")
+_FINISHED_JOB_STATES = ("CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
+
+
+class ActionExecutor:
+    """Carries out (or publishes) decided actions; one instance per cluster, fed in order."""
+
+    def __init__(
+        self,
+        config: PolicyConfig,
+        driver: SchedulerDriver | None = None,
+        audit: AuditLog | None = None,
+        *,
+        inventory_ttl_s: float = 1.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.driver = driver
+        self.audit = audit
+        self.clock = clock
+        self.inventory_ttl_s = inventory_ttl_s
+        self.breaker = CircuitBreaker(config.breaker.max_partition_fraction, config.breaker.max_drains_per_hour)
+        self._done: set[str] = set()
+        self._open_intents: dict[str, dict[str, Any]] = {}
+        self._inventory: tuple[float, Inventory] | None = None
+        if audit is not None:
+            self._load(audit)
+
+    # ------------------------------------------------------------ restart
+
+    def _load(self, audit: AuditLog) -> None:
+        for entry in read_entries(audit.path):
+            event, key = entry.get("event"), entry.get("action_id")
+            if event == "intent":
+                self._open_intents[key] = entry
+            elif event in ("recommended", "applied", "failed", "suppressed"):
+                self._done.add(key)
+                self._open_intents.pop(key, None)
+                if event == "applied" and entry.get("action") == "drain_node" and not entry.get("noop"):
+                    self.breaker.record_drain(entry.get("recorded_at") or 0.0)
+
+    @property
+    def unreconciled(self) -> int:
+        return len(self._open_intents)
+
+    def reconcile(self) -> list[Action]:
+        """Finish every intent left without an outcome by a crash; returns the finished actions."""
+        out = []
+        for key, entry in list(self._open_intents.items()):
+            anomaly = msgspec.convert(entry["anomaly"], Anomaly)
+            action = msgspec.convert(entry["action_record"], Action)
+            del self._open_intents[key]
+            if self._already_effective(action, entry):
+                out.append(self._finish(anomaly, action, "applied", "reconciled: the scheduler shows it done", ()))
+            else:
+                out.append(self._run(anomaly, action, reconciled=True))
+        return out
+
+    def _already_effective(self, action: Action, intent: dict[str, Any]) -> bool:
+        if self.driver is None:
+            return False
+        inv = self.inventory(fresh=True)
+        node = inv.nodes.get(action.target)
+        job = inv.jobs.get(action.target)
+        match action.action:
+            case "drain_node":
+                return node is not None and node.drained
+            case "resume_node":
+                return node is not None and not node.drained
+            case "requeue_job":
+                return job is not None and job.restarts > int(intent.get("restarts_before", -1))
+            case "hold_job":
+                return job is not None and job.held
+            case "cancel_job":
+                return job is None or job.state in _FINISHED_JOB_STATES
+        return False
+
+    # ------------------------------------------------------------ the sink
+
+    def inventory(self, fresh: bool = False) -> Inventory:
+        assert self.driver is not None
+        now = time.monotonic()
+        if fresh or self._inventory is None or now - self._inventory[0] > self.inventory_ttl_s:
+            self._inventory = (now, self.driver.inventory())
+        return self._inventory[1]
+
+    def execute(self, anomaly: Anomaly, action: Action) -> Action | None:
+        """The action as carried out, recommended, suppressed or failed; ``None`` if it was done before."""
+        if action.action_id in self._done or action.action_id in self._open_intents:
+            return None
+        if action.status == "suppressed":
+            return self._finish(anomaly, action, "suppressed", action.reason, ())
+        if self.driver is None:
+            mode = self.mode_for(action, anomaly, None)
+            if mode == "enforce":
+                return self._finish(
+                    anomaly, action, "recommended", f"{action.reason}; no scheduler driver configured", (), mode
+                )
+            return self._finish(anomaly, action, "recommended", action.reason, (), mode)
+        try:
+            inventory = self.inventory()
+        except CommandFailed as exc:
+            return self._finish(
+                anomaly, action, "failed", f"cannot read the scheduler inventory: {exc}", exc.attempts, self.config.mode
+            )
+        mode = self.mode_for(action, anomaly, inventory)
+        if mode == "monitor":
+            return self._finish(anomaly, action, "recommended", action.reason, (), mode)
+        return self._run(anomaly, action, inventory=inventory)
+
+    def mode_for(self, action: Action, anomaly: Anomaly, inventory: Inventory | None) -> Mode:
+        """The mode of the first scope that covers this action's node or job (else the cluster's)."""
+        partitions: set[str] = set()
+        names = {anomaly.job_id} if anomaly.job_id else set()
+        if inventory is not None:
+            node = inventory.nodes.get(action.target) if action.action in NODE_ACTIONS else None
+            if node is not None:
+                partitions.update(node.partitions)
+            job = inventory.jobs.get(anomaly.job_id or "")
+            if job is not None:
+                partitions.add(job.partition)
+                names.add(job.name)
+        for scope in self.config.scopes:
+            if scope.partition is not None and scope.partition not in partitions:
+                continue
+            if scope.job is not None and not any(fnmatch.fnmatchcase(n, scope.job) for n in names):
+                continue
+            return scope.mode
+        return self.config.mode
+
+    # ------------------------------------------------------------ enforce
+
+    def _run(
+        self, anomaly: Anomaly, action: Action, inventory: Inventory | None = None, reconciled: bool = False
+    ) -> Action:
+        mode: Mode = "enforce"
+        if action.action == "notify":
+            return self._finish(anomaly, action, "applied", action.reason, (), mode)
+        try:
+            inventory = inventory or self.inventory()
+        except CommandFailed as exc:
+            return self._finish(
+                anomaly, action, "failed", f"cannot read the scheduler inventory: {exc}", exc.attempts, mode
+            )
+        problem = self._invalid(action, inventory)
+        if problem is not None:
+            return self._finish(anomaly, action, "failed", problem, (), mode)
+        noop = self._noop(action, inventory)
+        if noop is not None:
+            return self._finish(anomaly, action, "applied", noop, (), mode, noop=True)
+        if action.action == "drain_node":
+            why = self.breaker.check(action.target, inventory, self.clock())
+            if self.breaker.update(why):
+                self._audit({"event": "breaker", "open": why is not None, "reason": why, "recorded_at": self.clock()})
+            if why is not None:
+                return self._finish(
+                    anomaly, action, "recommended", f"{action.reason}; circuit breaker open: {why}", (), mode
+                )
+        job = inventory.jobs.get(action.target)
+        intent = self._entry("intent", anomaly, action, mode, action.reason)
+        intent["anomaly"] = msgspec.structs.asdict(anomaly)
+        intent["action_record"] = msgspec.structs.asdict(action)
+        intent["restarts_before"] = job.restarts if job is not None else None
+        intent["reconciled"] = reconciled
+        self._audit(intent)
+        self._open_intents[action.action_id] = intent
+        try:
+            attempts = self._call(action)
+        except CommandFailed as exc:
+            self._open_intents.pop(action.action_id, None)
+            return self._finish(anomaly, action, "failed", f"{action.reason}; {exc}", exc.attempts, mode)
+        self._open_intents.pop(action.action_id, None)
+        self._inventory = None  # the scheduler's state just changed
+        if action.action == "drain_node":
+            self.breaker.record_drain(self.clock())
+        return self._finish(anomaly, action, "applied", action.reason, attempts, mode)
+
+    def _call(self, action: Action) -> tuple[Attempt, ...]:
+        assert self.driver is not None
+        d, target = self.driver, action.target
+        match action.action:
+            case "drain_node":
+                return d.drain_node(target, clean_reason(action.reason))
+            case "resume_node":
+                return d.resume_node(target)
+            case "requeue_job":
+                exclude = [n for n in action.params.get("exclude", "").split(",") if n]
+                return d.requeue_job(target, exclude)
+            case "hold_job":
+                return d.hold_job(target)
+            case "release_job":
+                return d.release_job(target)
+            case "cancel_job":
+                return d.cancel_job(target)
+        raise CommandFailed(f"unknown action {action.action!r}", ())
+
+    @staticmethod
+    def _invalid(action: Action, inventory: Inventory) -> str | None:
+        """Why this action's names may not reach a command (``None``: they may)."""
+        if action.action in NODE_ACTIONS:
+            if not SAFE_NODE.match(action.target) or action.target not in inventory.nodes:
+                return f"unknown node {action.target!r}: not in the scheduler's inventory"
+        elif action.action in JOB_ACTIONS:
+            if not SAFE_JOB.match(action.target) or action.target not in inventory.jobs:
+                return f"unknown job {action.target!r}: not in the scheduler's inventory"
+            for node in (n for n in action.params.get("exclude", "").split(",") if n):
+                if not SAFE_NODE.match(node) or node not in inventory.nodes:
+                    return f"unknown node {node!r} in the exclude list: not in the scheduler's inventory"
+        else:
+            return f"unknown action {action.action!r}"
+        return None
+
+    @staticmethod
+    def _noop(action: Action, inventory: Inventory) -> str | None:
+        node = inventory.nodes.get(action.target)
+        job = inventory.jobs.get(action.target)
+        if action.action == "drain_node" and node is not None and node.drained:
+            return f"node {action.target} is already drained ({node.reason or 'no reason'})"
+        if action.action == "resume_node" and node is not None and not node.drained:
+            return f"node {action.target} is not drained"
+        if action.action == "hold_job" and job is not None and job.held:
+            return f"job {action.target} is already held"
+        if action.action == "cancel_job" and job is not None and job.state in _FINISHED_JOB_STATES:
+            return f"job {action.target} has already ended ({job.state})"
+        return None
+
+    # ------------------------------------------------------------ audit
+
+    def _finish(
+        self,
+        anomaly: Anomaly,
+        action: Action,
+        status: str,
+        reason: str,
+        attempts: tuple[Attempt, ...],
+        mode: Mode | None = None,
+        noop: bool = False,
+    ) -> Action:
+        now = self.clock()
+        done = msgspec.structs.replace(
+            action,
+            status=status,  # type: ignore[arg-type]
+            mode=mode or action.mode,
+            reason=reason,
+            applied_at=now if status == "applied" else None,
+        )
+        entry = self._entry(status, anomaly, done, done.mode, reason)
+        entry["attempts"] = [a.as_dict() for a in attempts]
+        entry["noop"] = noop
+        self._audit(entry)
+        self._done.add(action.action_id)
+        return done
+
+    def _entry(self, event: str, anomaly: Anomaly, action: Action, mode: str, reason: str) -> dict[str, Any]:
+        return {
+            "event": event,
+            "recorded_at": self.clock(),
+            "action_id": action.action_id,
+            "action": action.action,
+            "target": action.target,
+            "params": action.params,
+            "mode": mode,
+            "reason": reason,
+            "anomaly_id": anomaly.anomaly_id,
+            "kind": anomaly.kind,
+            "category": anomaly.category,
+            "layer": anomaly.layer,
+            "transient": anomaly.transient,
+            "confidence": anomaly.confidence,
+            "job_id": anomaly.job_id,
+            "nodes": anomaly.nodes,
+            "gpus": anomaly.gpus,
+            "evidence": anomaly.evidence[:5],
+            "detected_at": anomaly.detected_at,
+            "decided_at": action.decided_at,
+            "applied_at": action.applied_at,
+            "driver": self.driver.name if self.driver is not None else None,
+        }
+
+    def _audit(self, entry: dict[str, Any]) -> None:
+        if self.audit is not None:
+            self.audit.append(entry)

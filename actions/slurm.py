@@ -1,0 +1,106 @@
+"""The Slurm driver: scontrol/squeue/sinfo/scancel as argv lists, locally or over SSH.
+
+Requeueing a job and having it run again quickly takes three steps: ``scontrol
+requeue`` (the job goes COMPLETING → PENDING with a begin-time hold-off), then,
+once it is PENDING, ``scontrol update jobid=… excnodelist=… starttime=now`` so it
+starts at once and away from the suspect nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from actions.commands import Attempt, CommandFailed, CommandRunner
+from actions.drivers import Inventory, JobInfo, NodeInfo
+from actions.hostlist import expand
+
+_UNAVAILABLE_FLAGS = {"DRAIN", "DRAINING", "DRAINED", "FAIL", "NOT_RESPONDING"}
+
+
+class SlurmDriver:
+    """Acts on a Slurm cluster through its command-line tools."""
+
+    name = "slurm"
+
+    def __init__(self, runner: CommandRunner | None = None, pending_wait_s: float = 30.0) -> None:
+        self.runner = runner or CommandRunner()
+        self.pending_wait_s = pending_wait_s
+
+    # ------------------------------------------------------------ reading
+
+    def inventory(self) -> Inventory:
+        nodes_doc = json.loads(self.runner.run(["sinfo", "--json"]).stdout)
+        jobs_doc = json.loads(self.runner.run(["squeue", "--json", "--states=all"]).stdout)
+        return parse_inventory(nodes_doc, jobs_doc)
+
+    def job_state(self, job_id: str) -> str:
+        out = self.runner.run(["squeue", "--noheader", "--states=all", "--jobs", job_id, "--format=%T"]).stdout
+        return out.strip()
+
+    # ------------------------------------------------------------ acting
+
+    def drain_node(self, node: str, reason: str) -> tuple[Attempt, ...]:
+        return self.runner.run(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"]).attempts
+
+    def resume_node(self, node: str) -> tuple[Attempt, ...]:
+        return self.runner.run(["scontrol", "update", f"nodename={node}", "state=resume"]).attempts
+
+    def requeue_job(self, job_id: str, exclude: list[str]) -> tuple[Attempt, ...]:
+        attempts = list(self.runner.run(["scontrol", "requeue", job_id]).attempts)
+        attempts += self._wait_pending(job_id)
+        update = ["scontrol", "update", f"jobid={job_id}", "starttime=now"]
+        if exclude:
+            update.insert(3, f"excnodelist={','.join(exclude)}")
+        attempts += self.runner.run(update).attempts
+        return tuple(attempts)
+
+    def hold_job(self, job_id: str) -> tuple[Attempt, ...]:
+        # A running job keeps running under a plain hold: requeue it held instead.
+        verb = "requeuehold" if self.job_state(job_id) in ("RUNNING", "SUSPENDED") else "hold"
+        return self.runner.run(["scontrol", verb, job_id]).attempts
+
+    def release_job(self, job_id: str) -> tuple[Attempt, ...]:
+        attempts = self.runner.run(["scontrol", "release", job_id]).attempts
+        if self.job_state(job_id) != "PENDING":  # already started (or gone): nothing to hurry
+            return attempts
+        return attempts + self.runner.run(["scontrol", "update", f"jobid={job_id}", "starttime=now"]).attempts
+
+    def cancel_job(self, job_id: str) -> tuple[Attempt, ...]:
+        return self.runner.run(["scancel", job_id]).attempts
+
+    def _wait_pending(self, job_id: str) -> tuple[Attempt, ...]:
+        deadline = time.monotonic() + self.pending_wait_s
+        while time.monotonic() < deadline:
+            if self.job_state(job_id) == "PENDING":
+                return ()
+            time.sleep(0.1)
+        raise CommandFailed(f"job {job_id} was not PENDING {self.pending_wait_s:g} s after the requeue", ())
+
+
+def parse_inventory(nodes_doc: dict, jobs_doc: dict) -> Inventory:
+    """Inventory from ``sinfo --json`` and ``squeue --json`` documents (Slurm 22.05 shapes)."""
+    nodes: dict[str, NodeInfo] = {}
+    for n in nodes_doc.get("nodes", []):
+        flags = {str(f).upper() for f in n.get("state_flags") or []}
+        state = str(n.get("state", "unknown")).lower()
+        nodes[n["name"]] = NodeInfo(
+            name=n["name"],
+            state=state,
+            partitions=tuple(n.get("partitions") or ()),
+            drained=bool(flags & _UNAVAILABLE_FLAGS),
+            reason=n.get("reason") or "",
+        )
+    jobs: dict[str, JobInfo] = {}
+    for j in jobs_doc.get("jobs", []):
+        job_id = str(j["job_id"])
+        jobs[job_id] = JobInfo(
+            job_id=job_id,
+            name=j.get("name") or "",
+            state=str(j.get("job_state", "")).upper(),
+            partition=j.get("partition") or "",
+            nodes=tuple(expand(j.get("nodes") or "")),
+            restarts=int(j.get("restart_cnt") or 0),
+            held=j.get("priority") == 0 and str(j.get("job_state", "")).upper() == "PENDING",
+        )
+    return Inventory(nodes=nodes, jobs=jobs)

@@ -1,0 +1,168 @@
+"""The policy and action steps of the flow, and building the executor from the settings.
+
+Scheduler commands take tens of milliseconds to seconds (and minutes when the
+controller is down), so with a real driver the executor works on its own thread:
+detection never waits for an action. Outcomes come back on the next activation.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import queue
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import msgspec
+from bytewax.operators import StatefulBatchLogic
+
+from actions.audit import AuditLog
+from actions.commands import CommandRunner
+from actions.drivers import DryRunDriver, SchedulerDriver
+from actions.executor import ActionExecutor
+from actions.policy import Policy
+from dataflows import metrics
+from dataflows.config import SchedulerSettings, Settings
+from detectors.events import Action, Anomaly
+
+log = logging.getLogger(__name__)
+
+Decision = tuple[Anomaly, Action]
+
+
+class PolicyLogic(StatefulBatchLogic[Anomaly, Decision, bytes]):
+    """Bytewax shell around the cluster-wide :class:`Policy` (budgets and cooldowns are state)."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+
+    def on_batch(self, values: list[Anomaly]) -> tuple[list[Decision], bool]:
+        return [(a, x) for a in values for x in self.policy.decide(a)], StatefulBatchLogic.RETAIN
+
+    def snapshot(self) -> bytes:
+        return pickle.dumps(self.policy, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def make_driver(settings: SchedulerSettings) -> SchedulerDriver | None:
+    """The scheduler driver the settings ask for (``None``: recommendations only)."""
+    runner = CommandRunner(
+        timeout_s=settings.timeout_s,
+        attempts=settings.attempts,
+        backoff_s=settings.backoff_s,
+        ssh_host=settings.ssh_host,
+        bin_dir=settings.bin_dir,
+    )
+    match settings.driver:
+        case "slurm":
+            from actions.slurm import SlurmDriver
+
+            return SlurmDriver(runner, pending_wait_s=settings.timeout_s)
+        case "kubernetes":
+            from actions.kubernetes import KubernetesDriver
+
+            return KubernetesDriver.from_config(settings.namespace, settings.kube_context)
+        case "dry-run":
+            return DryRunDriver()
+    return None
+
+
+def make_executor(settings: Settings) -> ActionExecutor:
+    audit = AuditLog(settings.audit_log) if settings.audit_log else None
+    return ActionExecutor(settings.policy, make_driver(settings.scheduler), audit)
+
+
+class BackgroundExecutor:
+    """Runs an :class:`ActionExecutor` on a thread of its own; results are collected later."""
+
+    def __init__(self, executor: ActionExecutor) -> None:
+        self.executor = executor
+        self._inbox: queue.Queue[list[Decision] | None] = queue.Queue()
+        self._results: list[Action] = []
+        self._lock = threading.Lock()
+        self._pending = 0
+        self._thread = threading.Thread(target=self._work, name="trainguard-actions", daemon=True)
+        self._thread.start()
+        self._submit_call(executor.reconcile)
+
+    def _submit_call(self, fn: object) -> None:
+        with self._lock:
+            self._pending += 1
+        self._inbox.put(fn)  # type: ignore[arg-type]
+
+    def submit(self, decisions: list[Decision]) -> None:
+        if decisions:
+            with self._lock:
+                self._pending += 1
+            self._inbox.put(decisions)
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return self._pending + len(self._results)
+
+    def collect(self) -> list[Action]:
+        with self._lock:
+            out, self._results = self._results, []
+        return out
+
+    def wait(self, timeout_s: float = 600.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._pending == 0:
+                    return
+            time.sleep(0.02)
+
+    def _work(self) -> None:
+        while True:
+            job = self._inbox.get()
+            try:
+                done = job() if callable(job) else [x for a, action in job if (x := self._one(a, action))]
+            except Exception:
+                log.exception("the action executor failed")
+                done = []
+            with self._lock:
+                self._results.extend(done)
+                self._pending -= 1
+
+    def _one(self, anomaly: Anomaly, action: Action) -> Action | None:
+        try:
+            return self.executor.execute(anomaly, action)
+        except Exception as exc:
+            log.exception("executing %s on %s failed", action.action, action.target)
+            return msgspec.structs.replace(action, status="failed", reason=f"{action.reason}; internal error: {exc}")
+
+
+class ActionLogic(StatefulBatchLogic[Decision, Action, bytes]):
+    """Bytewax shell around the executor. Its durable state is the audit log, not a snapshot."""
+
+    def __init__(self, executor: ActionExecutor) -> None:
+        self.executor = executor
+        self.background = BackgroundExecutor(executor) if executor.driver is not None else None
+
+    def on_batch(self, values: list[Decision]) -> tuple[list[Action], bool]:
+        if self.background is None:
+            return [x for a, action in values if (x := self.executor.execute(a, action))], StatefulBatchLogic.RETAIN
+        self.background.submit(values)
+        return self._collect(), StatefulBatchLogic.RETAIN
+
+    def on_notify(self) -> tuple[list[Action], bool]:
+        return self._collect(), StatefulBatchLogic.RETAIN
+
+    def on_eof(self) -> tuple[list[Action], bool]:
+        if self.background is not None:
+            self.background.wait()
+        return self._collect(), StatefulBatchLogic.RETAIN
+
+    def notify_at(self) -> datetime | None:
+        if self.background is not None and self.background.pending:
+            return datetime.now(UTC) + timedelta(seconds=0.05)
+        return None
+
+    def _collect(self) -> list[Action]:
+        metrics.BREAKER_OPEN.set(1 if self.executor.breaker.is_open else 0)
+        return self.background.collect() if self.background is not None else []
+
+    def snapshot(self) -> bytes:
+        return b""

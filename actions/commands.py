@@ -89,17 +89,13 @@ class CommandRunner:
                     full, capture_output=True, text=True, timeout=self.timeout_s, env=self._env(), check=False
                 )
             except subprocess.TimeoutExpired:
-                tried.append(
-                    Attempt(tuple(full), False, None, f"timed out after {self.timeout_s:g} s", _since(started))
-                )
+                tried.append(Attempt(tuple(full), False, None, f"timed out after {self.timeout_s:g} s", since(started)))
                 continue
             except OSError as exc:  # the binary is missing: retrying will not help
-                tried.append(
-                    Attempt(tuple(full), False, None, f"cannot run {full[0]}: {exc.strerror}", _since(started))
-                )
+                tried.append(Attempt(tuple(full), False, None, f"cannot run {full[0]}: {exc.strerror}", since(started)))
                 break
             detail = (proc.stderr or proc.stdout).strip()[-300:]
-            tried.append(Attempt(tuple(full), proc.returncode == 0, proc.returncode, detail, _since(started)))
+            tried.append(Attempt(tuple(full), proc.returncode == 0, proc.returncode, detail, since(started)))
             if proc.returncode == 0:
                 self.last_attempts = tried
                 return Completed(proc.stdout, tuple(tried))
@@ -114,5 +110,6 @@ class CommandRunner:
         return {**os.environ, **self.env}
 
 
-def _since(started: float) -> float:
+def since(started: float) -> float:
+    """Seconds on the monotonic clock since ``started``."""
     return time.monotonic() - started

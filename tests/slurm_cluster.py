@@ -171,7 +171,7 @@ def stop(root: Path) -> None:
             check=False,
         )
     run = root / "run"
-    pidfiles = sorted(run.glob("slurmd-*.pid")) + [run / "slurmctld.pid", run / "munged.pid"]
+    pidfiles = [*sorted(run.glob("slurmd-*.pid")), run / "slurmctld.pid", run / "munged.pid"]
     for pidfile in pidfiles:
         try:
             pid = int(pidfile.read_text().strip())

@@ -122,7 +122,8 @@ class Policy:
                 out.append(act("requeue_job", job, exclude=",".join(nodes)))
             return out
         if job is not None and kind in ("crash", "hang") and anomaly.layer == "application":
-            if rules.application == "notify":
+            if rules.application == "notify" or anomaly.transient is not False:  # first time: the user's call
+                return [act("notify", job)]
                 return [act("notify", job)]
             return [act(f"{rules.application}_job", job), act("notify", job)]
         if job is not None and kind in ("crash", "hang") and (anomaly.transient or kind == "hang"):

@@ -113,9 +113,15 @@ class CrashDetector:
     def advance(self, watermark: float) -> list[Finding]:
         if not self._held or watermark < self._held[0].onset_ts + self.cascade_hold_s:
             return []
+        return self.flush(watermark)
+
+    def flush(self, now: float) -> list[Finding]:
+        """Report the held cascade now (the job has ended: no root error is coming)."""
+        if not self._held:
+            return []
         held, self._held = self._held, []
         first = min(held, key=lambda f: f.onset_ts)
-        first.detected_at = watermark
+        first.detected_at = now
         first.nodes = sorted({n for f in held for n in f.nodes})
         first.ranks = sorted({r for f in held for r in f.ranks})
         first.evidence = [e for f in held[:5] for e in f.evidence]

@@ -219,7 +219,11 @@ class JobMonitor:
                 f"scheduler: job {self.job_id} {state}"
                 + (f" exit code {ev.exit_code}" if ev.exit_code is not None else "")
             ]
-            return self._emit([Finding("crash", category, layer, ts, ts, confidence=0.6, evidence=evidence)])
+            # Cascade lines held when the job dies are its best-known cause (a lone NCCL timeout, say).
+            held = self.crash.flush(ts)
+            for finding in held:
+                finding.evidence.extend(evidence)
+            return self._emit(held or [Finding("crash", category, layer, ts, ts, confidence=0.6, evidence=evidence)])
         return []
 
     def _start(self, ts: float) -> None:

@@ -245,6 +245,14 @@ CATALOGUE: tuple[Signature, ...] = (
     # --- Scheduler ---------------------------------------------------------------------------------------
     Signature("slurm_node_fail", r"DUE TO NODE FAILURE|NODE_FAIL", "node_fail", "hardware"),
     Signature("slurm_time_limit", r"DUE TO TIME LIMIT", "time_limit", "application", severity="error"),
+    # --- Last resort: an uncaught Python exception that no signature above explains is the
+    # training script's own (transient unknown: the history step calls it persistent on a repeat).
+    Signature(
+        "python_exception",
+        r"^(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?(?P<exception>[A-Z]\w*(?:Error|Exception)): ",
+        "python_exception",
+        "application",
+    ),
 )
 
 # Coarse families, as operators (and the excerpt benchmark) group failures.
@@ -286,7 +294,7 @@ _PREFILTER = re.compile(
     r"Xid|XID|GPU is lost|fallen off|RmInit|rm_init|Cannot attach|CONTAINED|Contained|ECC|CUDA|cuda|NCCL|"
     r"Watchdog|timed out|illegal|misaligned|assert|launch failure|CUBLAS|CUDNN|retry count|IBV_WC|CQ state|"
     r"ibv_|mlx5_core|TCPStore|Rendezvous|rendezvous|gloo|ChildFailed|exitcode|Out of memory|oom|OOM|Segmentation|SIG|"
-    r"segfault|Aborted|nan|NaN|inf\b|OVERFLOW|overflow|AER|DUE TO|NODE_FAIL|out-of-memory|cudaError"
+    r"segfault|Aborted|nan|NaN|inf\b|OVERFLOW|overflow|AER|DUE TO|NODE_FAIL|out-of-memory|cudaError|Error: |Exception: "
 )
 _RANK = re.compile(r"\[(?:rank|Rank )(\d{1,6})\]")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,9 @@ from dataflows.flow import replay_in_process
 from dataflows.tansu import Broker, stop_process, tansu_binary
 from dataflows.tansu import start_tansu as _start_tansu
 from detectors.events import Action, Anomaly, DeadLetter
+from tests.slurm_cluster import SlurmCluster, missing_binaries
+from tests.slurm_cluster import start as start_slurm
+from tests.slurm_cluster import stop as stop_slurm
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_DIR = ROOT / "datasets" / "samples" / "demo"
@@ -59,3 +63,33 @@ def tansu() -> Iterator[Broker]:
         yield broker
     finally:
         stop_process(broker.process)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A real four-node Slurm cluster (Debian's packages), shared by the session's tests."""
+    missing = missing_binaries()
+    if missing or os.geteuid() != 0:
+        why = f"needs root and Debian's slurmctld slurmd slurm-client munge (missing: {missing or 'root'})"
+        if os.environ.get("TRAINGUARD_REQUIRE_SLURM"):
+            pytest.fail(why)
+        pytest.skip(why)
+    root = tmp_path_factory.mktemp("slurm")
+    cluster = start_slurm(root)
+    previous = os.environ.get("SLURM_CONF")
+    os.environ.update(cluster.env)
+    try:
+        yield cluster
+    finally:
+        stop_slurm(root)
+        if previous is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = previous
+
+
+@pytest.fixture
+def slurm(slurm_cluster: SlurmCluster) -> SlurmCluster:
+    """The cluster with no jobs and every node back in service."""
+    slurm_cluster.reset()
+    return slurm_cluster

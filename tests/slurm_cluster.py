@@ -12,6 +12,7 @@ Needs root and Debian's ``slurmctld slurmd slurm-client munge`` packages.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -21,6 +22,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from actions.hostlist import expand
 
 NODES = [f"gpu-node-0{i}" for i in range(1, 5)]
 CTLD_PORT = 16817
@@ -46,6 +49,50 @@ class SlurmCluster:
         if check and proc.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)} failed: {proc.stderr.strip()}")
         return proc.stdout
+
+    def reset(self) -> None:
+        """Cancel every job and return every node to service."""
+        self.run("scancel", "--full", "--quiet", "--user=root", check=False)
+        _wait(
+            lambda: (
+                not self.run("squeue", "-h", "-t", "all", "-o", "%T", check=False)
+                .replace("CANCELLED", "")
+                .replace("COMPLETED", "")
+                .replace("FAILED", "")
+                .strip()
+            ),
+            "all jobs gone",
+        )
+        self.run("scontrol", "update", f"nodename={','.join(NODES)}", "state=resume", check=False)
+        _wait(lambda: _all_idle(self), "all four nodes idle")
+
+    def submit(self, nodes: int = 2, name: str = "llm-pretrain") -> tuple[str, list[str]]:
+        """Submit a requeueable job that runs forever; return its id and nodes once it runs."""
+        out = self.run(
+            "sbatch",
+            "--parsable",
+            f"--nodes={nodes}",
+            "--gres=gpu:8",
+            f"--job-name={name}",
+            "--requeue",
+            "--open-mode=append",
+            f"--output={self.root}/job-%j.out",
+            "--wrap",
+            "srun -l sleep 100000",
+        )
+        job = out.strip().split(";")[0]
+        _wait(lambda: self.job(job)["job_state"] == "RUNNING", f"job {job} running")
+        return job, expand(self.job(job)["nodes"])
+
+    def job(self, job_id: str) -> dict:
+        jobs = json.loads(self.run("squeue", "--json", "--states=all"))["jobs"]
+        return next(j for j in jobs if str(j["job_id"]) == job_id)
+
+    def nodes(self) -> dict[str, dict]:
+        return {n["name"]: n for n in json.loads(self.run("sinfo", "--json"))["nodes"]}
+
+    def wait_for(self, predicate: object, what: str, timeout: float = 30.0) -> None:
+        _wait(predicate, what, timeout)
 
 
 def missing_binaries() -> list[str]:
@@ -156,7 +203,7 @@ def start(root: Path) -> SlurmCluster:
 
 def _all_idle(cluster: SlurmCluster) -> bool:
     states = cluster.run("sinfo", "-h", "-N", "-p", "gpu", "-o", "%N %t", check=False).split("\n")
-    return sum(1 for line in states if line.endswith(" idle")) == len(NODES)
+    return sum(1 for line in states if line.strip().endswith(" idle")) == len(NODES)
 
 
 def stop(root: Path) -> None:

@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from dataflows.archive import flush_open_archives
+from dataflows.cli_audit import register as register_audit_command
 from dataflows.cli_common import (
     BrokersOpt,
     ConfigOpt,
@@ -93,10 +94,9 @@ class RunReport:
             table.add_row(f"{a.kind}/{a.category}", a.layer, a.job_id or "-", where or "-", latency, recs or "-")
         console.print(table)
         dead = sum(self.dead.values())
-        console.print(
-            f"{len(self.anomalies)} anomalies, {len(self.actions)} recommended actions "
-            f"(monitor mode), {dead} dead-lettered records"
-        )
+        statuses = Counter(f"{a.status} ({a.mode})" for a in self.actions)
+        actions = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items())) or "none"
+        console.print(f"{len(self.anomalies)} anomalies, actions: {actions}, {dead} dead-lettered records")
         for reason, n in self.dead.most_common(8):
             console.print(f"  [dim]{n:>6} × {reason}[/]")
         if archive is not None:
@@ -426,3 +426,4 @@ def main() -> None:
 
 
 register_scenario_commands(app)
+register_audit_command(app)

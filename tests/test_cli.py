@@ -81,3 +81,24 @@ def test_bad_arguments_are_one_sentence(tmp_path: Path):
 def test_defaults_load_without_a_file():
     settings = load_settings(None)
     assert settings.policy.mode == "monitor" and settings.detectors.hang.factor == 5.0
+
+
+def test_audit_command_filters_by_node_job_and_time(tmp_path: Path):
+    from tests.conftest import DEMO_DIR
+
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(f"audit_log: {tmp_path / 'audit.jsonl'}\n")
+    assert runner.invoke(app, ["replay", str(DEMO_DIR), "-q", "-c", str(cfg)]).exit_code == 0
+    result = runner.invoke(app, ["audit", "-c", str(cfg), "--node", "gpu-node-04", "--parquet", str(tmp_path / "a.pq")])
+    assert result.exit_code == 0, result.output
+    # The drain, its repeat folded by the cooldown, and the requeue of the job that crashed there.
+    assert "Audit trail (3 entries)" in result.output and "suppressed" in result.output
+    assert pl.read_parquet(tmp_path / "a.pq").height == 6
+    job = runner.invoke(app, ["audit", "--log", str(tmp_path / "audit.jsonl"), "--job", "1002", "--since", "1h"])
+    assert "Audit trail (2 entries)" in job.output
+    future = runner.invoke(app, ["audit", "--log", str(tmp_path / "audit.jsonl"), "--since", "2100-01-01T00:00:00Z"])
+    assert "Audit trail (0 entries)" in future.output
+    assert "neither a duration" in _one_sentence_error(
+        runner.invoke(app, ["audit", "--log", str(tmp_path / "audit.jsonl"), "--since", "yesterday"])
+    )
+    assert "does not exist" in _one_sentence_error(runner.invoke(app, ["audit", "--log", str(tmp_path / "no.jsonl")]))

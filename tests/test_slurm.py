@@ -83,8 +83,8 @@ def test_a_repeated_application_error_holds_the_job_and_drains_nothing(slurm: Sl
     result = replay(scenarios.app_error(tmp_path / "scenario", job, nodes), settings(tmp_path))
     assert ("hold_job", job, "applied") in [(a.action, a.target, a.status) for a in result.actions]
     assert not [a for a in result.actions if a.action == "drain_node"]
-    held = slurm.job(job)
-    assert held["job_state"] == "PENDING" and held["priority"] == 0
+    slurm.wait_for(lambda: slurm.job(job)["job_state"] == "PENDING", "the job back in the queue")
+    assert slurm.job(job)["priority"] == 0 and slurm.job(job)["state_reason"].startswith("JobHeld")
     assert not any("DRAIN" in n["state_flags"] for n in slurm.nodes().values())
 
 

@@ -73,7 +73,7 @@ def test_monitor_mode_changes_nothing_and_audits_the_recommendation(slurm: Slurm
 def test_a_transient_nccl_timeout_requeues_without_draining(slurm: SlurmCluster, tmp_path: Path):
     job, nodes = slurm.submit(nodes=2)
     result = replay(scenarios.nccl_timeout(tmp_path / "scenario", job, nodes), settings(tmp_path))
-    assert [(a.action, a.status) for a in result.actions] == [("requeue_job", "applied")]
+    assert [(a.action, a.status) for a in result.actions] == [("requeue_job", "applied")], (result, slurm.job(job))
     slurm.wait_for(lambda: slurm.job(job)["restart_cnt"] == 1 and slurm.job(job)["job_state"] == "RUNNING", "rerun")
     assert not any("DRAIN" in n["state_flags"] for n in slurm.nodes().values())
 

@@ -21,6 +21,7 @@ from dataflows.cli_common import (
     WorkersOpt,
     brokers_list,
     console,
+    err_console,
     fail,
     kafka_settings,
     settings_from,
@@ -28,6 +29,7 @@ from dataflows.cli_common import (
 from dataflows.cli_scenarios import register as register_scenario_commands
 from dataflows.config import ConfigError
 from dataflows.logimport import LogImportError, import_logs
+from dataflows.publisher import RecordPublisher
 from dataflows.replay import ReplayError, ReplaySource, count_records
 from detectors.events import Action, Anomaly, DeadLetter
 
@@ -308,8 +310,6 @@ def collect_gpu(
     """Sample every GPU of this node through NVML and publish gpu records (and Xid events) to Kafka or a file."""
     import socket
 
-    import msgspec
-
     from dataflows.nvml_collector import GpuCollector, NvmlUnavailable
 
     settings = settings_from(config)
@@ -321,13 +321,7 @@ def collect_gpu(
         collector = GpuCollector(node or socket.gethostname().split(".")[0])
     except NvmlUnavailable as exc:
         raise fail(str(exc)) from None
-    enc = msgspec.json.Encoder()
-    producer = None
-    if out is None:
-        from confluent_kafka import Producer
-
-        producer = Producer({"bootstrap.servers": ",".join(settings.kafka.brokers), **settings.kafka.extra})
-    sink = out.open("ab") if out is not None else None
+    publisher = RecordPublisher(settings, out)
     taken = 0
     try:
         while count is None or taken < count:
@@ -336,23 +330,58 @@ def collect_gpu(
             if count is None or taken < count:
                 records += [("gpu", xid) for xid in collector.wait_for_xids(interval)]
             for topic, record in records:
-                payload = enc.encode(record)
-                if sink is not None:
-                    sink.write(payload + b"\n")
-                else:
-                    assert producer is not None
-                    producer.produce(settings.kafka.topic_for(topic), payload, key=collector.node.encode())
-            if producer is not None:
-                producer.flush(10)
-            if sink is not None:
-                sink.flush()
+                publisher.publish(topic, record, key=collector.node)
+            publisher.flush()
     except KeyboardInterrupt:
         pass
     finally:
         collector.close()
-        if sink is not None:
-            sink.close()
+        publisher.close()
     console.print(f"collected {taken} sample round(s) of {len(collector.handles)} GPU(s) on {collector.node}")
+
+
+@app.command("watch-slurm")
+def watch_slurm(
+    brokers: BrokersOpt = "",
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Append JSON Lines here instead of Kafka.")] = None,
+    interval: Annotated[float, typer.Option(min=0.2, help="Seconds between polls of squeue and sinfo.")] = 5.0,
+    count: Annotated[int | None, typer.Option(min=1, help="Stop after this many polls.")] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Poll Slurm (squeue/sinfo --json) and publish job and node state changes as scheduler records."""
+    from actions.commands import CommandFailed, CommandRunner
+    from dataflows.slurm_watcher import SlurmWatcher
+
+    settings = settings_from(config)
+    if brokers:
+        settings.kafka.brokers = brokers_list(brokers)
+    if out is None and not settings.kafka.brokers:
+        raise fail("give --brokers HOST:PORT (or TRAINGUARD_BROKERS) to publish, or --out FILE to write JSON Lines.")
+    s = settings.scheduler
+    runner = CommandRunner(s.timeout_s, s.attempts, s.backoff_s, ssh_host=s.ssh_host, bin_dir=s.bin_dir)
+    watcher = SlurmWatcher(runner)
+    publisher = RecordPublisher(settings, out)
+    polls = published = 0
+    try:
+        while count is None or polls < count:
+            started = time.monotonic()
+            try:
+                records = watcher.poll()
+            except CommandFailed as exc:  # the controller is down or slow: say so, keep polling
+                err_console.print(f"[yellow]slurm poll failed:[/] {exc}")
+                records = []
+            polls += 1
+            for topic, record in records:
+                publisher.publish(topic, record, key=record.get("job_id") or record.get("node"))
+            published += len(records)
+            publisher.flush()
+            if count is None or polls < count:
+                time.sleep(max(0.0, interval - (time.monotonic() - started)))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        publisher.close()
+    console.print(f"{polls} poll(s), {published} scheduler record(s) published")
 
 
 @app.command("ship-logs")

@@ -125,6 +125,46 @@ def _explains(anomaly: dict[str, Any], label: dict[str, Any]) -> bool:
     return place and label["onset"] - 60.0 <= anomaly["detected_at"] <= label["onset"] + window
 
 
+def _matches(label: dict[str, Any], anomalies: list[dict[str, Any]]) -> tuple[list[dict], list[dict]]:
+    """The anomalies that explain a labelled fault, and those of a compatible kind (earliest first)."""
+    matches = [a for a in anomalies if _explains(a, label)]
+    compatible = sorted(
+        (a for a in matches if a["kind"] in COMPATIBLE.get(label["kind"], {label["kind"]})),
+        key=lambda a: a["detected_at"],
+    )
+    return matches, compatible
+
+
+def fault_table(labels: list[dict[str, Any]], anomalies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per labelled fault: was it found, by which anomaly, how late, blaming which layer.
+
+    The rows notebooks and dashboards start from (``polars.DataFrame(fault_table(...))``).
+    """
+    rows = []
+    for label in labels:
+        if label["kind"] == "benign":
+            continue
+        _, compatible = _matches(label, anomalies)
+        first = compatible[0] if compatible else None
+        rows.append(
+            {
+                "fault_id": label["fault_id"],
+                "kind": label["kind"],
+                "category": label["category"],
+                "layer": label["layer"],
+                "job_id": label["job_id"],
+                "nodes": len(label["nodes"]),
+                "onset": label["onset"],
+                "detected": first is not None,
+                "anomaly_id": first["anomaly_id"] if first else None,
+                "detected_at": first["detected_at"] if first else None,
+                "latency_s": max(0.0, first["detected_at"] - label["onset"]) if first else None,
+                "blamed_layer": first.get("layer") if first else None,
+            }
+        )
+    return rows
+
+
 class Scorer:
     """Accumulates faults and anomalies over one or many scenarios, then reports."""
 
@@ -144,12 +184,8 @@ class Scorer:
         for label in faults:
             ks = self.by_kind[label["kind"]]
             ks.labelled += 1
-            matches = [a for a in anomalies if _explains(a, label)]
+            matches, compatible = _matches(label, anomalies)
             explained_ids.update(a["anomaly_id"] for a in matches)
-            compatible = sorted(
-                (a for a in matches if a["kind"] in COMPATIBLE.get(label["kind"], {label["kind"]})),
-                key=lambda a: a["detected_at"],
-            )
             if not compatible:
                 self.missed.append({k: label[k] for k in ("fault_id", "kind", "category", "job_id", "nodes")})
                 continue

@@ -347,7 +347,9 @@ class NodeMonitor:
             return [self._anomaly(f, event.job_id) for f in self.health.observe(event)]
         if isinstance(event, LogRecord):
             return [self._anomaly(f, event.job_id) for f in self.crash.observe(event)]
-        if isinstance(event, NodeEvent) and event.state.upper().rstrip("*") in ("DOWN", "NOT_RESPONDING", "FAIL"):
+        # Slurm prints a base state and flags: "DOWN*", "IDLE+NOT_RESPONDING", "MIXED+FAIL".
+        states = set(event.state.upper().rstrip("*").split("+")) if isinstance(event, NodeEvent) else set()
+        if states & {"DOWN", "NOT_RESPONDING", "FAIL"}:
             f = Finding(
                 "node_unhealthy",
                 "node_down",

@@ -147,7 +147,11 @@ def test_killed_between_intent_and_outcome_neither_repeats_nor_loses(slurm: Slur
     write_config(wrappers(tmp_path / "stalling", log, stall))
     proc = run_replay(scenario, tmp_path / "out1", config)
     deadline = time.monotonic() + 60
-    while ("intent", "drain_node", bad) not in events(tmp_path) or (stall == "after" and not log.exists()):
+
+    def drain_ran() -> bool:
+        return log.exists() and "state=drain" in log.read_text()
+
+    while ("intent", "drain_node", bad) not in events(tmp_path) or (stall == "after" and not drain_ran()):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode() if proc.stderr else ""
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
@@ -182,3 +186,38 @@ def test_injected_names_from_telemetry_never_reach_a_command(slurm: SlurmCluster
     assert "update" not in ran and "pwned" not in ran and "`id`" not in ran
     assert not Path("/tmp/tg-pwned").exists()
     assert not any("DRAIN" in n["state_flags"] for n in slurm.nodes().values())
+
+
+def test_watch_slurm_reports_job_and_node_changes(slurm: SlurmCluster, tmp_path: Path):
+    from actions.commands import CommandRunner
+    from dataflows.slurm_watcher import SlurmWatcher
+
+    watcher = SlurmWatcher(CommandRunner(timeout_s=10, attempts=1))
+    first = watcher.poll()
+    assert {r["node"] for _, r in first if r["kind"] == "node"} == set(slurm.nodes())
+    out = slurm.run("sbatch", "--parsable", "--nodes=2", "--nodelist=gpu-node-[01,03]", "--wrap", "srun sleep 1000")
+    job = out.strip()
+    slurm.wait_for(lambda: slurm.job(job)["job_state"] == "RUNNING", "job running")
+    slurm.run("scontrol", "update", "nodename=gpu-node-04", "state=drain", "reason=bad PSU (ticket 42)")
+    records = [r for _, r in watcher.poll()]
+    (running,) = [r for r in records if r["kind"] == "job" and r["job_id"] == job]
+    assert running["state"] == "RUNNING" and running["nodes"] == ["gpu-node-01", "gpu-node-03"]
+    drained = next(r for r in records if r.get("node") == "gpu-node-04")
+    assert drained["state"] == "IDLE+DRAIN" and drained["reason"] == "bad PSU (ticket 42)"
+    assert watcher.poll() == []  # nothing changed
+    slurm.run("scancel", job)
+    slurm.wait_for(lambda: slurm.job(job)["job_state"] == "CANCELLED", "job cancelled")
+    (ended,) = [r for _, r in watcher.poll() if r["kind"] == "job"]
+    assert ended["state"] == "CANCELLED" and ended["nodes"] == ["gpu-node-01", "gpu-node-03"]
+
+    from typer.testing import CliRunner
+
+    from dataflows.cli import app
+
+    result = CliRunner().invoke(app, ["watch-slurm", "--out", str(tmp_path / "s.jsonl"), "--count", "1"])
+    assert result.exit_code == 0, result.output
+    lines = (tmp_path / "s.jsonl").read_text().splitlines()
+    from detectors.events import decode
+
+    decoded = [decode("scheduler", line.encode()) for line in lines]
+    assert len(decoded) >= 5 and all(type(d).__name__ in ("JobEvent", "NodeEvent") for d in decoded)

@@ -1,0 +1,92 @@
+"""Slurm watcher: polls ``squeue --json`` and ``sinfo --json`` and emits scheduler records on change.
+
+Job records carry the node list expanded from Slurm's hostlist syntax; node records
+carry the base state and its flags as Slurm prints them (``IDLE+DRAIN``,
+``DOWN+NOT_RESPONDING``) with the reason. The first poll reports every job and
+node (the state a fresh flow needs); later polls only what changed.
+
+>>> from actions.commands import Completed
+>>> class Tools:
+...     def __init__(self): self.docs = {"sinfo": {"nodes": []}, "squeue": {"jobs": []}}
+...     def run(self, argv): return Completed(__import__("json").dumps(self.docs[argv[0]]), ())
+>>> tools = Tools(); watcher = SlurmWatcher(tools)
+>>> tools.docs["squeue"]["jobs"] = [{"job_id": 7, "job_state": "RUNNING", "nodes": "gpu-node-[01-02]"}]
+>>> [(t, r["state"], r["nodes"]) for t, r in watcher.poll(now=100.0)]
+[('scheduler', 'RUNNING', ['gpu-node-01', 'gpu-node-02'])]
+>>> watcher.poll(now=105.0)
+[]
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Protocol
+
+from actions.hostlist import HostlistError, expand
+
+_NODE_FLAGS_SHOWN = ("DRAIN", "DRAINING", "DRAINED", "NOT_RESPONDING", "FAIL", "MAINTENANCE", "REBOOT_REQUESTED")
+
+
+class _Runner(Protocol):
+    def run(self, argv: list[str]) -> Any: ...
+
+
+class SlurmWatcher:
+    """Turns successive Slurm snapshots into job and node state-change records."""
+
+    def __init__(self, runner: _Runner) -> None:
+        self.runner = runner
+        self._jobs: dict[str, tuple[str, tuple[str, ...]]] = {}
+        self._nodes: dict[str, tuple[str, str]] = {}
+
+    def poll(self, now: float | None = None) -> list[tuple[str, dict[str, Any]]]:
+        """One round: the records for every job and node whose state changed since the last round."""
+        ts = time.time() if now is None else now
+        jobs = json.loads(self.runner.run(["squeue", "--json", "--states=all"]).stdout).get("jobs", [])
+        nodes = json.loads(self.runner.run(["sinfo", "--json"]).stdout).get("nodes", [])
+        return self._job_changes(jobs, ts) + self._node_changes(nodes, ts)
+
+    def _job_changes(self, jobs: list[dict[str, Any]], ts: float) -> list[tuple[str, dict[str, Any]]]:
+        out = []
+        for j in jobs:
+            job_id = str(j.get("job_id"))
+            state = str(j.get("job_state", "UNKNOWN")).upper()
+            try:
+                nodes = tuple(expand(j.get("nodes") or ""))
+            except HostlistError:
+                nodes = ()
+            if self._jobs.get(job_id, ("", ()))[0] == state and (not nodes or self._jobs[job_id][1] == nodes):
+                continue
+            known = nodes or self._jobs.get(job_id, ("", ()))[1]  # a finished job no longer lists its nodes
+            self._jobs[job_id] = (state, known)
+            record: dict[str, Any] = {"ts": ts, "kind": "job", "job_id": job_id, "state": state, "nodes": list(known)}
+            if known and j.get("tasks"):
+                record["ranks_per_node"] = max(1, int(j["tasks"]) // len(known))
+            exit_code = _exit_code(j)
+            if exit_code is not None and state not in ("RUNNING", "PENDING", "CONFIGURING"):
+                record["exit_code"] = exit_code
+            out.append(("scheduler", record))
+        return out
+
+    def _node_changes(self, nodes: list[dict[str, Any]], ts: float) -> list[tuple[str, dict[str, Any]]]:
+        out = []
+        for n in nodes:
+            flags = [str(f).upper() for f in n.get("state_flags") or [] if str(f).upper() in _NODE_FLAGS_SHOWN]
+            state = "+".join([str(n.get("state", "unknown")).upper(), *flags])
+            reason = n.get("reason") or ""
+            if self._nodes.get(n["name"]) == (state, reason):
+                continue
+            self._nodes[n["name"]] = (state, reason)
+            record: dict[str, Any] = {"ts": ts, "kind": "node", "node": n["name"], "state": state}
+            if reason:
+                record["reason"] = reason
+            out.append(("scheduler", record))
+        return out
+
+
+def _exit_code(job: dict[str, Any]) -> int | None:
+    code = job.get("exit_code")
+    if isinstance(code, dict):  # newer Slurm: {"status": ..., "return_code": N}
+        code = code.get("return_code")
+    return int(code) if isinstance(code, int) else None

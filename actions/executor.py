@@ -42,7 +42,12 @@ from detectors.events import Action, Anomaly
 
 NODE_ACTIONS = ("drain_node", "resume_node")
 JOB_ACTIONS = ("requeue_job", "hold_job", "release_job", "cancel_job")
+TERMINAL_EVENTS = ("recommended", "applied", "failed", "suppressed", "rejected")
 _FINISHED_JOB_STATES = ("CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
+
+
+class ApprovalError(ValueError):
+    """An approval or rejection that cannot be done; the message says why."""
 
 
 class ActionExecutor:
@@ -63,9 +68,10 @@ class ActionExecutor:
         self.clock = clock
         self.inventory_ttl_s = inventory_ttl_s
         self.breaker = CircuitBreaker(config.breaker.max_partition_fraction, config.breaker.max_drains_per_hour)
-        self._done: set[str] = set()
+        self._outcomes: dict[str, str] = {}  # action id -> its last terminal audit event
         self._open_intents: dict[str, dict[str, Any]] = {}
         self._inventory: tuple[float, Inventory] | None = None
+        self._acting_user: str | None = None  # the operator behind the action being carried out, if any
         if audit is not None:
             self._load(audit)
 
@@ -76,8 +82,8 @@ class ActionExecutor:
             event, key = entry.get("event"), entry.get("action_id")
             if event == "intent":
                 self._open_intents[key] = entry
-            elif event in ("recommended", "applied", "failed", "suppressed"):
-                self._done.add(key)
+            elif event in TERMINAL_EVENTS:
+                self._outcomes[key] = event
                 self._open_intents.pop(key, None)
                 if event == "applied" and entry.get("action") == "drain_node" and not entry.get("noop"):
                     self.breaker.record_drain(entry.get("recorded_at") or 0.0)
@@ -129,7 +135,7 @@ class ActionExecutor:
 
     def execute(self, anomaly: Anomaly, action: Action) -> Action | None:
         """The action as carried out, recommended, suppressed or failed; ``None`` if it was done before."""
-        if action.action_id in self._done or action.action_id in self._open_intents:
+        if action.action_id in self._outcomes or action.action_id in self._open_intents:
             return None
         if action.status == "suppressed":
             return self._finish(anomaly, action, "suppressed", action.reason, ())
@@ -150,6 +156,28 @@ class ActionExecutor:
         if mode == "monitor":
             return self._finish(anomaly, action, "recommended", action.reason, (), mode)
         return self._run(anomaly, action, inventory=inventory)
+
+    def approve(self, anomaly: Anomaly, action: Action, user: str) -> Action:
+        """Carry out a recommendation an operator approved, through the same checks as enforce mode."""
+        self._check_pending(action)
+        if self.driver is None:
+            raise ApprovalError("no scheduler driver is configured, so nothing can be carried out")
+        self._audit({**self._entry("approved", anomaly, action, "enforce", action.reason), "user": user})
+        return self._run(anomaly, action, user=user)
+
+    def reject(self, anomaly: Anomaly, action: Action, user: str, why: str) -> Action:
+        """Record that an operator turned a recommendation down, and why."""
+        self._check_pending(action)
+        reason = f"{action.reason}; rejected by {user}: {clean_reason(why) or 'no reason given'}"
+        return self._finish(anomaly, action, "rejected", reason, (), action.mode, user=user)
+
+    def status_of(self, action_id: str) -> str | None:
+        return self._outcomes.get(action_id)
+
+    def _check_pending(self, action: Action) -> None:
+        outcome = self._outcomes.get(action.action_id)
+        if action.action_id in self._open_intents or outcome not in ("recommended", None):
+            raise ApprovalError(f"action {action.action_id} is not pending (it is {outcome or 'in progress'})")
 
     def mode_for(self, action: Action, anomaly: Anomaly, inventory: Inventory | None) -> Mode:
         """The mode of the first scope that covers this action's node or job (else the cluster's)."""
@@ -174,8 +202,20 @@ class ActionExecutor:
     # ------------------------------------------------------------ enforce
 
     def _run(
-        self, anomaly: Anomaly, action: Action, inventory: Inventory | None = None, reconciled: bool = False
+        self,
+        anomaly: Anomaly,
+        action: Action,
+        inventory: Inventory | None = None,
+        reconciled: bool = False,
+        user: str | None = None,
     ) -> Action:
+        self._acting_user = user
+        try:
+            return self._run_checked(anomaly, action, inventory, reconciled)
+        finally:
+            self._acting_user = None
+
+    def _run_checked(self, anomaly: Anomaly, action: Action, inventory: Inventory | None, reconciled: bool) -> Action:
         mode: Mode = "enforce"
         if action.action == "notify":
             return self._finish(anomaly, action, "applied", action.reason, (), mode)
@@ -205,6 +245,7 @@ class ActionExecutor:
         intent["action_record"] = msgspec.structs.asdict(action)
         intent["restarts_before"] = job.restarts if job is not None else None
         intent["reconciled"] = reconciled
+        intent["user"] = self._acting_user
         self._audit(intent)
         self._open_intents[action.action_id] = intent
         try:
@@ -278,6 +319,7 @@ class ActionExecutor:
         attempts: tuple[Attempt, ...],
         mode: Mode | None = None,
         noop: bool = False,
+        user: str | None = None,
     ) -> Action:
         now = self.clock()
         done = msgspec.structs.replace(
@@ -290,8 +332,9 @@ class ActionExecutor:
         entry = self._entry(status, anomaly, done, done.mode, reason)
         entry["attempts"] = [a.as_dict() for a in attempts]
         entry["noop"] = noop
+        entry["user"] = user or self._acting_user
         self._audit(entry)
-        self._done.add(action.action_id)
+        self._outcomes[action.action_id] = status
         return done
 
     def _entry(self, event: str, anomaly: Anomaly, action: Action, mode: str, reason: str) -> dict[str, Any]:

@@ -340,6 +340,47 @@ def collect_gpu(
     console.print(f"collected {taken} sample round(s) of {len(collector.handles)} GPU(s) on {collector.node}")
 
 
+@app.command("console")
+def console_cmd(
+    archive: Annotated[
+        Path | None, typer.Option(help="Parquet archive of the run to show (trainguard run/replay --out).")
+    ] = None,
+    progress: Annotated[
+        Path | None, typer.Option(help="Replay directory whose progress records draw job timelines.")
+    ] = None,
+    host: Annotated[str | None, typer.Option(help="Address to listen on (default: console.host, 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(min=1, max=65535, help="Port (default: console.port, 8765).")] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Serve the live dashboard: anomaly feed, job timelines, nodes, audit trail, approvals."""
+    import uvicorn
+
+    from actions.audit import AuditLog
+    from actions.executor import ActionExecutor
+    from dataflows.action_step import make_driver
+    from dataflows.console import create_app
+    from dataflows.console_data import ConsoleData
+
+    settings = settings_from(config)
+    if not settings.console.users:
+        raise fail(
+            "the console needs at least one user under console.users in the config (name, role, password_sha256)."
+        )
+    if settings.audit_log is None and archive is None:
+        raise fail("give --archive DIR or set audit_log in the config: the console shows a run's outputs.")
+    audit_path = Path(settings.audit_log) if settings.audit_log else None
+    executor = None
+    if audit_path is not None:
+        executor = ActionExecutor(settings.policy, make_driver(settings.scheduler), AuditLog(audit_path))
+    data = ConsoleData(audit_path, archive, progress)
+    data.refresh()
+    bind_host, bind_port = host or settings.console.host, port or settings.console.port
+    console.print(f"trainguard console on http://{bind_host}:{bind_port}/")
+    uvicorn.run(
+        create_app(settings, data, executor), host=bind_host, port=bind_port, log_level="warning", access_log=False
+    )
+
+
 @app.command("watch-slurm")
 def watch_slurm(
     brokers: BrokersOpt = "",

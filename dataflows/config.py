@@ -56,6 +56,21 @@ class SchedulerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     kube_context: str | None = None
 
 
+class ConsoleUser(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A console user: a bearer token and/or a password (its SHA-256, hex) for basic auth."""
+
+    name: str
+    role: Literal["viewer", "operator"] = "viewer"
+    token_sha256: str | None = None
+    password_sha256: str | None = None
+
+
+class ConsoleSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    host: str = "127.0.0.1"
+    port: int = 8765
+    users: list[ConsoleUser] = []
+
+
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     detectors: DetectorSettings = msgspec.field(default_factory=DetectorSettings)
     router: RouterSettings = msgspec.field(default_factory=RouterSettings)
@@ -63,6 +78,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     archive: ArchiveSettings = msgspec.field(default_factory=ArchiveSettings)
     policy: PolicyConfig = msgspec.field(default_factory=PolicyConfig)
     scheduler: SchedulerSettings = msgspec.field(default_factory=SchedulerSettings)
+    console: ConsoleSettings = msgspec.field(default_factory=ConsoleSettings)
     audit_log: str | None = None
 
 

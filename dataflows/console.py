@@ -1,0 +1,215 @@
+"""``trainguard console``: the operators' live dashboard (Starlette, server-sent events, no CDN).
+
+Every page and API call needs a configured user (bearer token or basic auth);
+approving or rejecting a recommendation needs the ``operator`` role and a CSRF
+token (an HMAC of the user name with a per-process secret) in the
+``X-CSRF-Token`` header — a cross-site form cannot set it. Approvals go through
+the same executor as enforce mode: inventory check, breaker, intent/outcome audit,
+with the user's name on every entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from actions.executor import ActionExecutor, ApprovalError
+from dataflows.config import ConsoleUser, Settings
+from dataflows.console_data import ConsoleData
+
+STATIC = Path(__file__).resolve().parent / "console_static"
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class Auth:
+    """Resolves a request's user from ``Authorization`` (Bearer or Basic); constant-time comparisons."""
+
+    def __init__(self, users: list[ConsoleUser]) -> None:
+        self.users = users
+        self.secret = secrets.token_bytes(32)
+
+    def user(self, request: Request) -> ConsoleUser | None:
+        header = request.headers.get("authorization", "")
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() == "bearer" and value:
+            digest = sha256_hex(value.strip())
+            return next((u for u in self.users if u.token_sha256 and hmac.compare_digest(u.token_sha256, digest)), None)
+        if scheme.lower() == "basic" and value:
+            try:
+                name, _, password = base64.b64decode(value).decode().partition(":")
+            except (ValueError, UnicodeDecodeError):
+                return None
+            digest = sha256_hex(password)
+            return next(
+                (
+                    u
+                    for u in self.users
+                    if u.name == name and u.password_sha256 and hmac.compare_digest(u.password_sha256, digest)
+                ),
+                None,
+            )
+        return None
+
+    def csrf(self, user: ConsoleUser) -> str:
+        return hmac.new(self.secret, user.name.encode(), hashlib.sha256).hexdigest()
+
+
+class _Headers(BaseHTTPMiddleware):
+    async def dispatch(self, request: Request, call_next: Any) -> Response:
+        response = await call_next(request)
+        for key, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(key, value)
+        return response
+
+
+def create_app(
+    settings: Settings, data: ConsoleData, executor: ActionExecutor | None, poll_s: float = 0.5
+) -> Starlette:
+    auth = Auth(settings.console.users)
+    lock = asyncio.Lock()  # one approval at a time: the executor is not re-entrant
+
+    def guarded(handler: Any, operator: bool = False) -> Any:
+        async def endpoint(request: Request) -> Response:
+            user = auth.user(request)
+            if user is None:
+                return JSONResponse(
+                    {"error": "sign in"}, status_code=401, headers={"WWW-Authenticate": 'Basic realm="trainguard"'}
+                )
+            if operator:
+                if user.role != "operator":
+                    return JSONResponse({"error": f"{user.name} is a viewer; approving needs the operator role"}, 403)
+                if not hmac.compare_digest(request.headers.get("x-csrf-token", ""), auth.csrf(user)):
+                    return JSONResponse({"error": "missing or wrong X-CSRF-Token"}, status_code=403)
+            return await handler(request, user)
+
+        return endpoint
+
+    async def index(request: Request, user: ConsoleUser) -> Response:
+        return FileResponse(STATIC / "index.html")
+
+    async def me(request: Request, user: ConsoleUser) -> Response:
+        modes = [{"scope": "cluster", "mode": settings.policy.mode}] + [
+            {"scope": f"partition {s.partition}" if s.partition else f"jobs {s.job}", "mode": s.mode}
+            for s in settings.policy.scopes
+        ]
+        return JSONResponse(
+            {
+                "user": user.name,
+                "role": user.role,
+                "csrf": auth.csrf(user),
+                "modes": modes,
+                "driver": settings.scheduler.driver,
+            }
+        )
+
+    async def overview(request: Request, user: ConsoleUser) -> Response:
+        return JSONResponse(data.overview())
+
+    async def anomalies(request: Request, user: ConsoleUser) -> Response:
+        return JSONResponse(data.feed(int(request.query_params.get("limit", "100"))))
+
+    async def job(request: Request, user: ConsoleUser) -> Response:
+        return JSONResponse(data.job(request.path_params["job_id"]))
+
+    async def nodes(request: Request, user: ConsoleUser) -> Response:
+        return JSONResponse(data.nodes())
+
+    async def audit(request: Request, user: ConsoleUser) -> Response:
+        return JSONResponse(data.audit_trail())
+
+    async def pending(request: Request, user: ConsoleUser) -> Response:
+        return JSONResponse(data.pending())
+
+    async def decide(request: Request, user: ConsoleUser) -> Response:
+        verb = request.path_params["verb"]
+        if verb not in ("approve", "reject"):
+            return JSONResponse({"error": "no such decision: use approve or reject"}, status_code=404)
+        if executor is None:
+            return JSONResponse({"error": "the console has no audit log to act through"}, status_code=409)
+        decision = data.decision(request.path_params["action_id"])
+        if decision is None:
+            return JSONResponse({"error": "no such action"}, status_code=404)
+        try:
+            body = await request.json() if verb == "reject" else {}
+        except ValueError:
+            return JSONResponse({"error": "the body must be JSON"}, status_code=400)
+        anomaly, action = decision
+        async with lock:
+            try:
+                if verb == "approve":
+                    done = await asyncio.to_thread(executor.approve, anomaly, action, user.name)
+                else:
+                    done = executor.reject(anomaly, action, user.name, str(body.get("reason", ""))[:500])
+            except ApprovalError as exc:
+                return JSONResponse({"error": str(exc)}, status_code=409)
+        data.refresh()
+        return JSONResponse(msgspec.to_builtins(done))
+
+    async def events(request: Request, user: ConsoleUser) -> Response:
+        async def stream() -> AsyncIterator[bytes]:
+            seen = -1
+            while not await request.is_disconnected():
+                if data.version != seen:
+                    seen = data.version
+                    yield f"event: update\ndata: {seen}\n\n".encode()
+                else:
+                    yield b": keep-alive\n\n"
+                await asyncio.sleep(poll_s)
+
+        return StreamingResponse(stream(), media_type="text/event-stream", headers={"X-Accel-Buffering": "no"})
+
+    async def healthz(request: Request) -> Response:
+        return Response("ok\n", media_type="text/plain")
+
+    async def refresher() -> None:
+        while True:
+            await asyncio.to_thread(data.refresh)
+            await asyncio.sleep(poll_s)
+
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        task = asyncio.create_task(refresher())
+        try:
+            yield
+        finally:
+            task.cancel()
+
+    routes = [
+        Route("/", guarded(index)),
+        Route("/healthz", healthz),
+        Route("/api/me", guarded(me)),
+        Route("/api/overview", guarded(overview)),
+        Route("/api/anomalies", guarded(anomalies)),
+        Route("/api/jobs/{job_id}", guarded(job)),
+        Route("/api/nodes", guarded(nodes)),
+        Route("/api/audit", guarded(audit)),
+        Route("/api/pending", guarded(pending)),
+        Route("/api/actions/{action_id}/{verb:str}", guarded(decide, operator=True), methods=["POST"]),
+        Route("/api/events", guarded(events)),
+        Mount("/static", StaticFiles(directory=STATIC)),
+    ]
+    return Starlette(routes=routes, middleware=[Middleware(_Headers)], lifespan=lifespan)

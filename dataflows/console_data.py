@@ -1,0 +1,225 @@
+"""What the console shows, read from a run's outputs: the audit log and the Parquet archive.
+
+Both are tailed: the audit log by byte offset (it is append-only and fsynced per
+batch, so recommendations appear within a second), the archive by new files (they
+appear when a part rolls). Anomalies come from the archive when it has them and
+from the audit entries otherwise (each entry carries its anomaly's essentials).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from detectors.events import Action, Anomaly
+
+_ANOMALY_FIELDS = ("kind", "category", "layer", "transient", "confidence", "job_id", "nodes", "gpus", "evidence")
+
+
+class ConsoleData:
+    """The console's in-memory view; :meth:`refresh` reads what was appended since the last call."""
+
+    def __init__(self, audit_log: Path | None, archive: Path | None = None, progress: Path | None = None) -> None:
+        self.audit_log = audit_log
+        self.archive = archive
+        self.anomalies: dict[str, dict[str, Any]] = {}
+        self.audit: list[dict[str, Any]] = []
+        self.actions: dict[str, dict[str, Any]] = {}  # action id -> its latest audit entry
+        self.version = 0  # bumped whenever something new arrived (the SSE stream watches it)
+        self._offset = 0
+        self._seen_files: set[Path] = set()
+        self._lock = threading.Lock()
+        self.progress = _load_progress(progress) if progress is not None else {}
+
+    # ------------------------------------------------------------ reading
+
+    def refresh(self) -> bool:
+        """Read new audit entries and archive parts; ``True`` if anything changed."""
+        with self._lock:
+            changed = self._read_audit() | self._read_archive()
+            if changed:
+                self.version += 1
+            return changed
+
+    def _read_audit(self) -> bool:
+        if self.audit_log is None or not self.audit_log.exists():
+            return False
+        with open(self.audit_log, "rb") as fh:
+            fh.seek(self._offset)
+            chunk = fh.read()
+        end = chunk.rfind(b"\n") + 1  # a torn last line waits for its end
+        self._offset += end
+        changed = False
+        for line in chunk[:end].splitlines():
+            try:
+                entry = msgspec.json.decode(line)
+            except msgspec.DecodeError:
+                continue
+            if not isinstance(entry, dict):
+                continue
+            changed = True
+            self.audit.append(entry)
+            if entry.get("action_id"):
+                self.actions[entry["action_id"]] = {**self.actions.get(entry["action_id"], {}), **entry}
+            aid = entry.get("anomaly_id")
+            if aid and aid not in self.anomalies and entry.get("kind"):
+                self.anomalies[aid] = {"anomaly_id": aid, "detected_at": entry.get("detected_at")} | {
+                    k: entry.get(k) for k in _ANOMALY_FIELDS
+                }
+        return changed
+
+    def _read_archive(self) -> bool:
+        if self.archive is None:
+            return False
+        import polars as pl
+
+        changed = False
+        for path in sorted((self.archive / "anomalies").glob("**/*.parquet")):
+            if path in self._seen_files:
+                continue
+            self._seen_files.add(path)
+            for row in pl.read_parquet(path).to_dicts():
+                for key in ("detected_at", "onset_ts"):
+                    if row.get(key) is not None and hasattr(row[key], "timestamp"):
+                        row[key] = row[key].timestamp()
+                self.anomalies[row["anomaly_id"]] = row
+                changed = True
+        return changed
+
+    # ------------------------------------------------------------ views
+
+    def feed(self, limit: int = 100) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = sorted(self.anomalies.values(), key=lambda a: a.get("detected_at") or 0, reverse=True)
+            return rows[:limit]
+
+    def pending(self) -> list[dict[str, Any]]:
+        """Recommendations nobody has approved or rejected yet (monitor mode or an open breaker)."""
+        with self._lock:
+            return [a for a in self.actions.values() if a.get("event") == "recommended" and a.get("action") != "notify"]
+
+    def overview(self) -> dict[str, Any]:
+        with self._lock:
+            newest = max((a.get("detected_at") or 0 for a in self.anomalies.values()), default=0)
+            recent = [a for a in self.anomalies.values() if (a.get("detected_at") or 0) >= newest - 3600]
+            breaker = next((e for e in reversed(self.audit) if e.get("event") == "breaker"), None)
+            drained = sorted(
+                {
+                    a["target"]
+                    for a in self.actions.values()
+                    if a.get("action") == "drain_node" and a.get("event") == "applied"
+                }
+            )
+            return {
+                "anomalies_last_hour": dict(Counter(a["kind"] for a in recent)),
+                "anomalies_total": len(self.anomalies),
+                "jobs": sorted({a["job_id"] for a in self.anomalies.values() if a.get("job_id")} | set(self.progress)),
+                "drained_by_trainguard": drained,
+                "breaker": {"open": bool(breaker and breaker.get("open")), "reason": (breaker or {}).get("reason")},
+                "pending": sum(
+                    1 for a in self.actions.values() if a.get("event") == "recommended" and a.get("action") != "notify"
+                ),
+            }
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        with self._lock:
+            anomalies = [a for a in self.anomalies.values() if a.get("job_id") == job_id]
+            actions = [a for a in self.actions.values() if a.get("job_id") == job_id or a.get("target") == job_id]
+            return {
+                "job_id": job_id,
+                "progress": self.progress.get(job_id, []),
+                "anomalies": anomalies,
+                "actions": actions,
+            }
+
+    def nodes(self) -> list[dict[str, Any]]:
+        with self._lock:
+            per_node: dict[str, dict[str, Any]] = {}
+            for a in self.anomalies.values():
+                for node in a.get("nodes") or []:
+                    info = per_node.setdefault(node, {"node": node, "anomalies": Counter(), "drained": False})
+                    info["anomalies"][a["kind"]] += 1
+            for a in self.actions.values():
+                if a.get("action") == "drain_node" and _applied(a) and a["target"] in per_node:
+                    per_node[a["target"]]["drained"] = True
+            return [{**v, "anomalies": dict(v["anomalies"])} for _, v in sorted(per_node.items())]
+
+    def audit_trail(self, limit: int = 200) -> list[dict[str, Any]]:
+        with self._lock:
+            keep = ("recorded_at", "event", "action", "target", "mode", "job_id", "category", "reason", "user")
+            return [{k: e.get(k) for k in keep} for e in self.audit[-limit:]][::-1]
+
+    def decision(self, action_id: str) -> tuple[Anomaly, Action] | None:
+        """The anomaly and action behind a recommendation, rebuilt for the executor."""
+        with self._lock:
+            entry = self.actions.get(action_id)
+            if entry is None:
+                return None
+            anomaly = self.anomalies.get(entry.get("anomaly_id") or "", {})
+        action = Action(
+            action_id=action_id,
+            anomaly_id=entry["anomaly_id"],
+            decided_at=entry.get("decided_at") or 0.0,
+            action=entry["action"],
+            target=entry["target"],
+            params=entry.get("params") or {},
+            mode=entry.get("mode") or "monitor",
+            status="recommended",
+            reason=_original_reason(entry.get("reason") or ""),
+        )
+        fields = {k: anomaly.get(k, entry.get(k)) for k in _ANOMALY_FIELDS}
+        return (
+            Anomaly(
+                anomaly_id=entry["anomaly_id"],
+                detected_at=entry.get("detected_at") or 0.0,
+                kind=fields["kind"] or "unknown",
+                category=fields["category"] or "unknown",
+                layer=fields["layer"] or "unknown",
+                transient=fields["transient"],
+                confidence=fields["confidence"] if fields["confidence"] is not None else 0.5,
+                job_id=fields["job_id"],
+                nodes=list(fields["nodes"] or []),
+                gpus=list(fields["gpus"] or []),
+                evidence=list(fields["evidence"] or []),
+            ),
+            action,
+        )
+
+
+def _applied(entry: dict[str, Any]) -> bool:
+    return entry.get("event") == "applied" and not entry.get("noop")
+
+
+def _original_reason(reason: str) -> str:
+    # A breaker-held drain's reason says why it was held; the scheduler should get the anomaly's.
+    return reason.split("; circuit breaker open:")[0]
+
+
+def _load_progress(directory: Path) -> dict[str, list[list[float]]]:
+    """Per job, [time, steps per 10 s] pairs from a replay directory's progress records."""
+    import polars as pl
+
+    for name in ("progress.parquet", "progress.jsonl"):
+        path = directory / name
+        if path.exists():
+            frame = pl.read_parquet(path) if name.endswith("parquet") else pl.read_ndjson(path)
+            break
+    else:
+        return {}
+    ts = pl.col("ts")
+    if frame.schema["ts"] == pl.Utf8:
+        ts = ts.str.to_datetime(time_zone="UTC").dt.epoch("ms") / 1000
+    buckets = (
+        frame.with_columns((ts // 10 * 10).alias("t"), pl.col("job_id").cast(pl.Utf8))
+        .group_by("job_id", "t")
+        .agg(pl.len().alias("records"))
+        .sort("job_id", "t")
+    )
+    out: dict[str, list[list[float]]] = {}
+    for job, t, n in buckets.iter_rows():
+        out.setdefault(job, []).append([float(t), float(n)])
+    return out

@@ -1,0 +1,162 @@
+"use strict";
+// trainguard console: fetches JSON from the API, re-renders on each server-sent "update".
+let me = null;
+let currentJob = null;
+
+async function api(path, options = {}) {
+  const response = await fetch(path, { credentials: "same-origin", ...options });
+  const body = await response.json();
+  if (!response.ok) throw new Error(body.error || response.statusText);
+  return body;
+}
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === "class") node.className = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) node.append(child instanceof Node ? child : document.createTextNode(String(child ?? "")));
+  return node;
+}
+
+function when(ts) {
+  return ts ? new Date(ts * 1000).toISOString().replace("T", " ").slice(0, 19) : "-";
+}
+
+function renderOverview(o) {
+  const cards = document.getElementById("cards");
+  const kinds = Object.entries(o.anomalies_last_hour).map(([k, n]) => `${k} ${n}`).join(", ") || "none";
+  cards.replaceChildren(
+    el("div", { class: "card" }, el("b", {}, o.anomalies_total), "anomalies"),
+    el("div", { class: "card" }, el("b", {}, kinds), "last hour, by kind"),
+    el("div", { class: "card" }, el("b", {}, o.jobs.length), "jobs seen"),
+    el("div", { class: "card" }, el("b", {}, o.drained_by_trainguard.length), "nodes drained by trainguard"),
+    el("div", { class: "card", id: "pending-count" }, el("b", {}, o.pending), "pending recommendations"),
+  );
+  const breaker = document.getElementById("breaker");
+  breaker.textContent = o.breaker.open ? `breaker OPEN: ${o.breaker.reason}` : "breaker closed";
+  breaker.className = o.breaker.open ? "badge open" : "badge";
+}
+
+function renderFeed(anomalies) {
+  document.getElementById("feed").replaceChildren(
+    ...anomalies.map((a) =>
+      el(
+        "li",
+        { class: a.layer || "unknown", "data-anomaly": a.anomaly_id },
+        el("strong", {}, `${a.kind}/${a.category}`),
+        ` ${a.layer}${a.transient === false ? ", persistent" : a.transient ? ", transient" : ""} · `,
+        a.job_id ? el("a", { class: "job", onclick: () => showJob(a.job_id) }, `job ${a.job_id}`) : "no job",
+        ` · ${(a.nodes || []).join(", ") || "-"} · ${when(a.detected_at)}`,
+        el("div", { class: "evidence" }, (a.evidence || []).slice(0, 3).join("\n")),
+      ),
+    ),
+  );
+}
+
+async function decide(actionId, verb, reason) {
+  const result = document.getElementById("decision-result");
+  try {
+    const done = await api(`/api/actions/${encodeURIComponent(actionId)}/${verb}`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "X-CSRF-Token": me.csrf },
+      body: JSON.stringify(verb === "reject" ? { reason } : {}),
+    });
+    result.textContent = `${done.action} ${done.target}: ${done.status} — ${done.reason}`;
+  } catch (error) {
+    result.textContent = `refused: ${error.message}`;
+  }
+  refresh();
+}
+
+function renderPending(rows) {
+  document.getElementById("pending-empty").hidden = rows.length > 0;
+  const operator = me && me.role === "operator";
+  document.querySelector("#pending tbody").replaceChildren(
+    ...rows.map((a) => {
+      const reason = el("input", { placeholder: "why reject?", "aria-label": "reason" });
+      const buttons = operator
+        ? [
+            el("button", { class: "approve", onclick: () => decide(a.action_id, "approve") }, "Approve"),
+            reason,
+            el("button", { class: "reject", onclick: () => decide(a.action_id, "reject", reason.value) }, "Reject"),
+          ]
+        : [el("span", { class: "muted" }, "operators decide")];
+      return el("tr", { "data-action": a.action_id }, el("td", {}, a.action), el("td", {}, a.target),
+        el("td", {}, a.reason), el("td", {}, a.job_id || "-"), el("td", {}, ...buttons));
+    }),
+  );
+}
+
+function renderNodes(nodes) {
+  document.querySelector("#nodes tbody").replaceChildren(
+    ...nodes.map((n) => el("tr", {}, el("td", {}, n.node),
+      el("td", {}, Object.entries(n.anomalies).map(([k, c]) => `${k} ${c}`).join(", ")), el("td", {}, n.drained ? "yes" : ""))),
+  );
+}
+
+function renderAudit(entries) {
+  document.querySelector("#audit tbody").replaceChildren(
+    ...entries.map((e) => el("tr", {}, el("td", {}, when(e.recorded_at)), el("td", {}, e.event), el("td", {}, e.action || "-"),
+      el("td", {}, e.target || "-"), el("td", {}, e.mode || "-"), el("td", {}, e.user || ""), el("td", {}, e.reason || ""))),
+  );
+}
+
+async function showJob(jobId) {
+  currentJob = jobId;
+  const job = await api(`/api/jobs/${encodeURIComponent(jobId)}`);
+  document.getElementById("job-title").textContent = `job ${jobId}`;
+  const svg = document.getElementById("sparkline");
+  const ns = "http://www.w3.org/2000/svg";
+  svg.replaceChildren();
+  const points = job.progress;
+  const times = points.map((p) => p[0]).concat(job.anomalies.map((a) => a.detected_at));
+  const t0 = Math.min(...times), t1 = Math.max(...times) || t0 + 1;
+  const top = Math.max(1, ...points.map((p) => p[1]));
+  const x = (t) => ((t - t0) / Math.max(1, t1 - t0)) * 600;
+  if (points.length) {
+    const line = document.createElementNS(ns, "polyline");
+    line.setAttribute("points", points.map((p) => `${x(p[0]).toFixed(1)},${(115 - (p[1] / top) * 105).toFixed(1)}`).join(" "));
+    line.setAttribute("fill", "none");
+    line.setAttribute("stroke", "#1565c0");
+    svg.append(line);
+  }
+  for (const a of job.anomalies) {
+    const mark = document.createElementNS(ns, "line");
+    for (const [k, v] of Object.entries({ x1: x(a.detected_at), x2: x(a.detected_at), y1: 0, y2: 120, stroke: "#c62828" })) mark.setAttribute(k, v);
+    mark.setAttribute("class", "anomaly-marker");
+    svg.append(mark);
+  }
+  document.getElementById("job-events").replaceChildren(
+    ...job.anomalies.map((a) => el("li", {}, `${when(a.detected_at)} ${a.kind}/${a.category} on ${(a.nodes || []).join(", ")}`)),
+    ...job.actions.map((a) => el("li", {}, `${when(a.recorded_at)} ${a.event}: ${a.action} ${a.target}`)),
+  );
+}
+
+async function refresh() {
+  const [overview, feed, pending, nodes, audit] = await Promise.all(
+    ["/api/overview", "/api/anomalies", "/api/pending", "/api/nodes", "/api/audit"].map((p) => api(p)),
+  );
+  renderOverview(overview);
+  renderFeed(feed);
+  renderPending(pending);
+  renderNodes(nodes);
+  renderAudit(audit);
+  if (currentJob) showJob(currentJob);
+  else if (feed.length && feed[0].job_id) showJob(feed[0].job_id);
+}
+
+async function start() {
+  me = await api("/api/me");
+  document.getElementById("who").textContent = `${me.user} (${me.role})`;
+  document.getElementById("modes").textContent = me.modes.map((m) => `${m.scope}: ${m.mode}`).join(" · ") + ` · driver ${me.driver}`;
+  await refresh();
+  const live = document.getElementById("live");
+  const events = new EventSource("/api/events");
+  events.addEventListener("update", () => { live.textContent = "live"; live.className = "badge"; refresh(); });
+  events.onerror = () => { live.textContent = "reconnecting…"; live.className = "badge off"; };
+}
+
+start();

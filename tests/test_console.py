@@ -1,0 +1,220 @@
+"""The console: auth, CSRF, headers and approvals over HTTP, then end to end in a real headless Chromium."""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+import pytest
+from starlette.testclient import TestClient
+
+from actions.audit import AuditLog, read_entries
+from actions.drivers import DryRunDriver, Inventory, JobInfo, NodeInfo
+from actions.executor import ActionExecutor
+from dataflows.config import Settings
+from dataflows.console import create_app, sha256_hex
+from dataflows.console_data import ConsoleData
+from tests.conftest import DEMO_DIR, ROOT, replay
+
+ARTIFACTS = ROOT / "test-artifacts"
+
+
+def console_settings(audit: Path) -> Settings:
+    return msgspec.convert(
+        {
+            "audit_log": str(audit),
+            "console": {
+                "users": [
+                    {"name": "alice", "role": "operator", "password_sha256": sha256_hex("alice-pw")},
+                    {"name": "victor", "role": "viewer", "password_sha256": sha256_hex("victor-pw")},
+                    {"name": "robot", "role": "viewer", "token_sha256": sha256_hex("s3cret-token")},
+                ]
+            },
+        },
+        Settings,
+    )
+
+
+def demo_inventory() -> Inventory:
+    nodes = {f"gpu-node-{i:02d}": NodeInfo(f"gpu-node-{i:02d}", "mixed", ("gpu",)) for i in range(1, 13)}
+    jobs = {j: JobInfo(j, f"job-{j}", "RUNNING", "gpu") for j in ("1001", "1002", "1003", "1004", "1005")}
+    return Inventory(nodes=nodes, jobs=jobs)
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+@pytest.fixture
+def monitored(tmp_path: Path) -> tuple[Settings, Path]:
+    """The demo replayed in monitor mode, its recommendations in an audit log."""
+    audit = tmp_path / "audit.jsonl"
+    settings = console_settings(audit)
+    settings.policy.breaker.max_partition_fraction = 0.5
+    replay(DEMO_DIR, settings=settings)
+    return settings, audit
+
+
+def client_for(settings: Settings, audit: Path, driver: DryRunDriver) -> TestClient:
+    data = ConsoleData(audit, progress=DEMO_DIR)
+    data.refresh()
+    executor = ActionExecutor(settings.policy, driver, AuditLog(audit))
+    return TestClient(create_app(settings, data, executor))
+
+
+def test_auth_roles_csrf_and_headers(monitored: tuple[Settings, Path]):
+    settings, audit = monitored
+    driver = DryRunDriver(demo_inventory())
+    with client_for(settings, audit, driver) as client:
+        assert client.get("/healthz").status_code == 200
+        assert client.get("/api/overview").status_code == 401
+        assert client.get("/api/overview", headers=basic("alice", "wrong")).status_code == 401
+        assert client.get("/api/overview", headers={"Authorization": "Bearer nope"}).status_code == 401
+        robot = client.get("/api/overview", headers={"Authorization": "Bearer s3cret-token"})
+        assert robot.status_code == 200 and robot.json()["pending"] == 4
+        for header, value in {
+            "content-security-policy": "default-src 'self'",
+            "x-frame-options": "DENY",
+            "x-content-type-options": "nosniff",
+        }.items():
+            assert value in robot.headers[header]
+
+        (drain,) = [
+            a
+            for a in client.get("/api/pending", headers=basic("victor", "victor-pw")).json()
+            if a["target"] == "gpu-node-10"
+        ]
+        url = f"/api/actions/{drain['action_id']}/approve"
+        viewer_csrf = client.get("/api/me", headers=basic("victor", "victor-pw")).json()["csrf"]
+        refused = client.post(url, headers={**basic("victor", "victor-pw"), "X-CSRF-Token": viewer_csrf})
+        assert refused.status_code == 403 and "operator" in refused.json()["error"]
+        assert client.post(url, headers=basic("alice", "alice-pw")).status_code == 403  # no CSRF token
+        wrong = client.post(url, headers={**basic("alice", "alice-pw"), "X-CSRF-Token": viewer_csrf})
+        assert wrong.status_code == 403  # another user's token
+        assert driver.commands == []
+        assert not [e for e in read_entries(audit) if e["event"] in ("approved", "intent")]
+
+
+def test_approve_and_reject_go_through_the_executor_and_the_audit(monitored: tuple[Settings, Path]):
+    settings, audit = monitored
+    driver = DryRunDriver(demo_inventory())
+    with client_for(settings, audit, driver) as client:
+        alice = basic("alice", "alice-pw")
+        csrf = {**alice, "X-CSRF-Token": client.get("/api/me", headers=alice).json()["csrf"]}
+        pending = {(a["action"], a["target"]): a for a in client.get("/api/pending", headers=alice).json()}
+        drain = pending[("drain_node", "gpu-node-10")]
+        done = client.post(f"/api/actions/{drain['action_id']}/approve", headers=csrf)
+        assert done.status_code == 200 and done.json()["status"] == "applied"
+        assert driver.commands == [("drain_node", "gpu-node-10", drain["reason"])]
+        again = client.post(f"/api/actions/{drain['action_id']}/approve", headers=csrf)
+        assert again.status_code == 409 and "not pending" in again.json()["error"]
+        hang = pending[("requeue_job", "1003")]
+        rejected = client.post(f"/api/actions/{hang['action_id']}/reject", headers=csrf, json={"reason": "eval phase"})
+        assert rejected.json()["status"] == "rejected"
+        entries = [e for e in read_entries(audit) if e.get("user") == "alice"]
+        assert [(e["event"], e["target"]) for e in entries] == [
+            ("approved", "gpu-node-10"),
+            ("intent", "gpu-node-10"),
+            ("applied", "gpu-node-10"),
+            ("rejected", "1003"),
+        ]
+        assert "eval phase" in entries[-1]["reason"]
+        left = {(a["action"], a["target"]) for a in client.get("/api/pending", headers=alice).json()}
+        assert ("drain_node", "gpu-node-10") not in left and ("requeue_job", "1003") not in left
+
+
+# ---------------------------------------------------------------- end to end, in a browser
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture
+def browser() -> Iterator[object]:
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("TRAINGUARD_REQUIRE_BROWSER"):
+            pytest.fail("Debian's chromium is not installed (apt-get install chromium)")
+        pytest.skip("needs Debian's chromium (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--disable-quic",
+            ],
+        )
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def serve(app: object, port: int) -> tuple[threading.Thread, object]:
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return thread, server
+
+
+def test_console_in_chromium_feed_updates_live_and_approval_is_audited(browser, tmp_path: Path):
+    from dataflows.tansu import free_port
+
+    audit = tmp_path / "audit.jsonl"
+    settings = console_settings(audit)
+    settings.policy.breaker.max_partition_fraction = 0.5
+    data = ConsoleData(audit, progress=DEMO_DIR)
+    driver = DryRunDriver(demo_inventory())
+    executor_box: list[ActionExecutor] = []
+
+    class LateExecutor:  # the console's executor reads the audit log once the replay has written it
+        def __getattr__(self, name: str):
+            if not executor_box:
+                executor_box.append(ActionExecutor(settings.policy, driver, AuditLog(audit)))
+            return getattr(executor_box[0], name)
+
+    port = free_port()
+    thread, server = serve(create_app(settings, data, LateExecutor(), poll_s=0.2), port)  # type: ignore[arg-type]
+    try:
+        context = browser.new_context(http_credentials={"username": "alice", "password": "alice-pw"})
+        page = context.new_page()
+        page.goto(f"http://127.0.0.1:{port}/")
+        page.wait_for_selector("#live:text('live')")
+        assert page.locator("#feed li").count() == 0
+        # A replay runs while the page is open: the feed fills in through server-sent events.
+        replayer = threading.Thread(target=replay, args=(DEMO_DIR,), kwargs={"settings": settings, "speed": 2000.0})
+        replayer.start()
+        page.locator("#feed li").nth(4).wait_for(timeout=60_000)  # (the page's CSP forbids eval'd waits)
+        replayer.join()
+        page.wait_for_selector("tr[data-action] >> text=gpu-node-10")
+        assert "xid_79" in page.locator("#feed").inner_text()
+        assert page.locator("#sparkline polyline").count() == 1  # the newest anomaly's job, with its progress
+        row = page.locator("#pending tr", has_text="gpu-node-10")
+        row.get_by_role("button", name="Approve").click()
+        page.wait_for_selector("#decision-result:has-text('applied')")
+        page.wait_for_selector("#audit >> text=approved")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "console.png"), full_page=True)
+        context.close()
+    finally:
+        server.should_exit = True  # type: ignore[attr-defined]
+        thread.join(timeout=10)
+    approved = [e for e in read_entries(audit) if e["event"] in ("approved", "applied") and e.get("user") == "alice"]
+    assert [(e["event"], e["target"]) for e in approved] == [("approved", "gpu-node-10"), ("applied", "gpu-node-10")]
+    assert driver.commands[0][:2] == ("drain_node", "gpu-node-10")

@@ -66,6 +66,8 @@ class Inventory:
 
     nodes: dict[str, NodeInfo] = field(default_factory=dict)
     jobs: dict[str, JobInfo] = field(default_factory=dict)
+    # False only for a dry run given no inventory: names are then checked by pattern alone.
+    complete: bool = True
 
     def partition_nodes(self, partition: str) -> list[NodeInfo]:
         return [n for n in self.nodes.values() if partition in n.partitions]
@@ -98,7 +100,7 @@ class DryRunDriver:
     name = "dry-run"
 
     def __init__(self, inventory: Inventory | None = None) -> None:
-        self._inventory = inventory or Inventory()
+        self._inventory = inventory if inventory is not None else Inventory(complete=False)
         self.commands: list[tuple[str, ...]] = []
 
     def inventory(self) -> Inventory:

@@ -281,14 +281,15 @@ class ActionExecutor:
     @staticmethod
     def _invalid(action: Action, inventory: Inventory) -> str | None:
         """Why this action's names may not reach a command (``None``: they may)."""
+        strict = inventory.complete
         if action.action in NODE_ACTIONS:
-            if not SAFE_NODE.match(action.target) or action.target not in inventory.nodes:
+            if not SAFE_NODE.match(action.target) or (strict and action.target not in inventory.nodes):
                 return f"unknown node {action.target!r}: not in the scheduler's inventory"
         elif action.action in JOB_ACTIONS:
-            if not SAFE_JOB.match(action.target) or action.target not in inventory.jobs:
+            if not SAFE_JOB.match(action.target) or (strict and action.target not in inventory.jobs):
                 return f"unknown job {action.target!r}: not in the scheduler's inventory"
             for node in (n for n in action.params.get("exclude", "").split(",") if n):
-                if not SAFE_NODE.match(node) or node not in inventory.nodes:
+                if not SAFE_NODE.match(node) or (strict and node not in inventory.nodes):
                     return f"unknown node {node!r} in the exclude list: not in the scheduler's inventory"
         else:
             return f"unknown action {action.action!r}"

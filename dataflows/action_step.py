@@ -81,6 +81,7 @@ class BackgroundExecutor:
         self._results: list[Action] = []
         self._lock = threading.Lock()
         self._pending = 0
+        self._unfinished: dict[str, Decision] = {}  # submitted, not yet carried out (what a snapshot keeps)
         self._thread = threading.Thread(target=self._work, name="trainguard-actions", daemon=True)
         self._thread.start()
         self._submit_call(executor.reconcile)
@@ -94,7 +95,12 @@ class BackgroundExecutor:
         if decisions:
             with self._lock:
                 self._pending += 1
+                self._unfinished.update((action.action_id, (a, action)) for a, action in decisions)
             self._inbox.put(decisions)
+
+    def unfinished(self) -> list[Decision]:
+        with self._lock:
+            return list(self._unfinished.values())
 
     @property
     def pending(self) -> int:
@@ -128,22 +134,39 @@ class BackgroundExecutor:
 
     def _one(self, anomaly: Anomaly, action: Action) -> Action | None:
         try:
-            return self.executor.execute(anomaly, action)
+            done = self.executor.execute(anomaly, action)
+            with self._lock:
+                self._unfinished.pop(action.action_id, None)
+            return done
         except Exception as exc:
             log.exception("executing %s on %s failed", action.action, action.target)
             return msgspec.structs.replace(action, status="failed", reason=f"{action.reason}; internal error: {exc}")
 
 
 class ActionLogic(StatefulBatchLogic[Decision, Action, bytes]):
-    """Bytewax shell around the executor. Its durable state is the audit log, not a snapshot."""
+    """Bytewax shell around the executor.
 
-    def __init__(self, executor: ActionExecutor) -> None:
+    Its durable state is the audit log; a snapshot keeps only the decisions still
+    queued for the executor's thread, so a crash right after an epoch loses none of them
+    (the audit log makes resubmitting one that did run a no-op).
+    """
+
+    def __init__(self, executor: ActionExecutor, resumed: list[Decision] | None = None) -> None:
         self.executor = executor
         self.background = BackgroundExecutor(executor) if executor.driver is not None else None
+        self._resumed: list[Action] = []
+        if resumed:
+            if self.background is not None:
+                self.background.submit(resumed)
+            else:
+                self._resumed = [x for a, action in resumed if (x := executor.execute(a, action))]
 
     def on_batch(self, values: list[Decision]) -> tuple[list[Action], bool]:
         if self.background is None:
-            return [x for a, action in values if (x := self.executor.execute(a, action))], StatefulBatchLogic.RETAIN
+            done = [x for a, action in values if (x := self.executor.execute(a, action))]
+            if self._resumed:
+                done, self._resumed = self._resumed + done, []
+            return done, StatefulBatchLogic.RETAIN
         self.background.submit(values)
         return self._collect(), StatefulBatchLogic.RETAIN
 
@@ -165,4 +188,5 @@ class ActionLogic(StatefulBatchLogic[Decision, Action, bytes]):
         return self.background.collect() if self.background is not None else []
 
     def snapshot(self) -> bytes:
-        return b""
+        queued = self.background.unfinished() if self.background is not None else []
+        return pickle.dumps(queued, protocol=pickle.HIGHEST_PROTOCOL) if queued else b""

@@ -1,7 +1,9 @@
 """A rolling, date-partitioned Parquet archive written atomically.
 
-Each worker buffers rows and writes a new file when ``roll_rows`` rows are
-buffered, ``roll_s`` seconds have passed, or the flow ends. A file is written
+One writer per dataset buffers rows and writes a new file when ``roll_rows``
+rows are buffered, ``roll_s`` seconds have passed, an epoch ends (Bytewax
+snapshots the flow: everything before a snapshot is on disk, so a ``kill -9``
+followed by a resume loses nothing), or the flow ends. A file is written
 under a hidden temporary name and renamed into place, so a crash leaves either
 a whole file or none, and ``polars.scan_parquet(DIR / "**/*.parquet")`` always
 reads the archive.
@@ -23,7 +25,7 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
-from bytewax.outputs import DynamicSink, StatelessSinkPartition
+from bytewax.outputs import FixedPartitionedSink, StatefulSinkPartition
 
 from detectors.events import Action, Anomaly, DeadLetter
 
@@ -111,7 +113,7 @@ def flush_open_archives() -> None:
         partition.flush()
 
 
-class _ArchivePartition(StatelessSinkPartition[Any]):
+class _ArchivePartition(StatefulSinkPartition[Any, int]):
     def __init__(self, root: Path, dataset: str, worker: int, roll_rows: int, roll_s: float) -> None:
         self._dir = root / dataset
         self._dir.mkdir(parents=True, exist_ok=True)
@@ -125,7 +127,8 @@ class _ArchivePartition(StatelessSinkPartition[Any]):
         self._count = 0
         self._since = time.monotonic()
         self._seq = 0
-        self._stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+        # A resumed run writes new files beside the old ones: a new stamp keeps the names apart.
+        self._stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + f"-{uuid.uuid4().hex[:6]}"
 
     def write_batch(self, items: list[Any]) -> None:
         date_field = _DATE_FIELD[self._dataset]
@@ -146,12 +149,21 @@ class _ArchivePartition(StatelessSinkPartition[Any]):
         self._count = 0
         self._since = time.monotonic()
 
+    def snapshot(self) -> int:
+        # The epoch is closing: what it emitted must survive a crash before the next one.
+        if self._count:
+            self.flush()
+        return self._seq
+
     def close(self) -> None:
         self.flush()
 
 
-class ParquetArchiveSink(DynamicSink[Any]):
-    """Archive one output dataset (``anomalies``, ``actions`` or ``dead_letter``)."""
+class ParquetArchiveSink(FixedPartitionedSink[Any, int]):
+    """Archive one output dataset (``anomalies``, ``actions`` or ``dead_letter``).
+
+    Items are ``(key, value)`` pairs (any key): one partition, so one writer per dataset.
+    """
 
     def __init__(self, root: str | Path, dataset: str, roll_rows: int = 50_000, roll_s: float = 10.0) -> None:
         if dataset not in SCHEMAS:
@@ -161,5 +173,11 @@ class ParquetArchiveSink(DynamicSink[Any]):
         self.roll_rows = roll_rows
         self.roll_s = roll_s
 
-    def build(self, step_id: str, worker_index: int, worker_count: int) -> _ArchivePartition:
-        return _ArchivePartition(self.root, self.dataset, worker_index, self.roll_rows, self.roll_s)
+    def list_parts(self) -> list[str]:
+        return [self.dataset]
+
+    def part_fn(self, item_key: str) -> int:
+        return 0
+
+    def build_part(self, step_id: str, for_part: str, resume_state: int | None) -> _ArchivePartition:
+        return _ArchivePartition(self.root, self.dataset, 0, self.roll_rows, self.roll_s)

@@ -105,14 +105,24 @@ class RunReport:
             console.print(f"Parquet archive: [bold]{archive}[/] (anomalies/, actions/, dead_letter/)")
 
 
-def _run(flow: Any, workers: int) -> None:
+def _run(flow: Any, workers: int, recovery: Path | None = None, snapshot_s: float = 10.0) -> None:
+    from datetime import timedelta
+
     from bytewax._bytewax import cli_main
+    from bytewax.recovery import RecoveryConfig, init_db_dir
     from bytewax.testing import run_main
 
+    recovery_config = None
+    if recovery is not None:
+        if not any(recovery.glob("part-*.sqlite3")):
+            recovery.mkdir(parents=True, exist_ok=True)
+            init_db_dir(recovery, 1)
+        recovery_config = RecoveryConfig(recovery)
+    epoch = timedelta(seconds=snapshot_s)
     if workers == 1:
-        run_main(flow)
+        run_main(flow, epoch_interval=epoch, recovery_config=recovery_config)
     else:
-        cli_main(flow, workers_per_process=workers)
+        cli_main(flow, workers_per_process=workers, epoch_interval=epoch, recovery_config=recovery_config)
 
 
 def _replay(
@@ -204,6 +214,11 @@ def run(
         ),
     ] = 9464,
     metrics_host: Annotated[str, typer.Option(help="Address for the metrics endpoint.")] = "127.0.0.1",
+    recovery: Annotated[
+        Path | None,
+        typer.Option(help="Snapshot state and Kafka offsets here; a restart resumes from the last snapshot."),
+    ] = None,
+    snapshot_s: Annotated[float, typer.Option(min=0.1, help="Seconds between snapshots (Bytewax epochs).")] = 10.0,
 ) -> None:
     """Run live against Kafka: consume the input topics, publish anomalies and actions."""
     from dataflows.flow import build_flow
@@ -257,7 +272,7 @@ def run(
 
     signal.signal(signal.SIGTERM, stop)
     try:
-        _run(flow, workers)
+        _run(flow, workers, recovery, snapshot_s)
     except KeyboardInterrupt:
         pass
     except Exception:

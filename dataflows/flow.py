@@ -274,7 +274,9 @@ def build_flow(
     actions = op.key_rm(
         "executed",
         op.stateful_batch(
-            "execute", op.key_on("to_executor", decisions, lambda _: "actions"), lambda _: ActionLogic(new_executor())
+            "execute",
+            op.key_on("to_executor", decisions, lambda _: "actions"),
+            lambda state: ActionLogic(new_executor(), pickle.loads(state) if state else None),
         ),
     )
     dead = op.map("dead_letters", alive.falses, lambda kv: kv[1])
@@ -297,7 +299,8 @@ def build_flow(
     if outputs.archive is not None:
         a = settings.archive
         for name, stream in (("anomalies", anomalies), ("actions", actions), ("dead_letter", dead)):
-            op.output(f"archive_{name}", stream, ParquetArchiveSink(outputs.archive, name, a.roll_rows, a.roll_s))
+            keyed_rows = op.key_on(f"archive_key_{name}", stream, lambda _, name=name: name)
+            op.output(f"archive_{name}", keyed_rows, ParquetArchiveSink(outputs.archive, name, a.roll_rows, a.roll_s))
     if outputs.kafka:
         from dataflows.kafka_io import kafka_sink, to_kafka_message
 

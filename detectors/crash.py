@@ -65,13 +65,24 @@ def finding_from_line(record: LogRecord, match: SignatureMatch) -> Finding:
     )
 
 
+MAX_HELD = 64  # cascade lines kept whole while waiting for a root cause
+
+
 class CrashDetector:
     """Fatal log lines → findings; cascade lines wait for a root cause."""
 
     def __init__(self, cascade_hold_s: float = 10.0) -> None:
         self.cascade_hold_s = cascade_hold_s
         self._held: list[Finding] = []
+        self._held_extra = 0
+        self._held_nodes: set[str] = set()
+        self._held_ranks: set[int] = set()
         self._storms: dict[str, deque[float]] = {}
+
+    def _clear_overflow(self) -> None:
+        self._held_extra = 0
+        self._held_nodes = set()
+        self._held_ranks = set()
 
     def observe(self, record: LogRecord) -> list[Finding]:
         match = match_line(record.line)
@@ -85,10 +96,18 @@ class CrashDetector:
             return self._storm(record, match)
         finding = finding_from_line(record, match)
         if finding.cascade:
-            self._held.append(finding)
+            # A 1,000-node job times out on every rank at once: keep the first lines as
+            # evidence, and only the places of the rest, so memory stays bounded.
+            if len(self._held) < MAX_HELD:
+                self._held.append(finding)
+            else:
+                self._held_extra += 1
+                self._held_nodes.update(finding.nodes)
+                self._held_ranks.update(finding.ranks)
             return []
         held, self._held = self._held, []
-        for cascade in held:
+        self._clear_overflow()
+        for cascade in held[:5]:
             finding.evidence.extend(cascade.evidence[:1])
         return [finding]
 
@@ -122,12 +141,15 @@ class CrashDetector:
         held, self._held = self._held, []
         first = min(held, key=lambda f: f.onset_ts)
         first.detected_at = now
-        first.nodes = sorted({n for f in held for n in f.nodes})
-        first.ranks = sorted({r for f in held for r in f.ranks})
+        first.nodes = sorted({n for f in held for n in f.nodes} | self._held_nodes)
+        first.ranks = sorted({r for f in held for r in f.ranks} | self._held_ranks)
         first.evidence = [e for f in held[:5] for e in f.evidence]
-        first.evidence.append(f"{len(held)} cascade line(s) and no root error within {self.cascade_hold_s:g}s")
+        lines = len(held) + self._held_extra
+        first.evidence.append(f"{lines} cascade line(s) and no root error within {self.cascade_hold_s:g}s")
+        self._clear_overflow()
         return [first]
 
     def reset(self) -> None:
         self._held.clear()
+        self._clear_overflow()
         self._storms.clear()

@@ -92,8 +92,15 @@ class SlurmCluster:
     def nodes(self) -> dict[str, dict]:
         return {n["name"]: n for n in json.loads(self.run("sinfo", "--json"))["nodes"]}
 
-    def wait_for(self, predicate: object, what: str, timeout: float = 30.0) -> None:
-        _wait(predicate, what, timeout)
+    def wait_for(self, predicate: object, what: str, timeout: float = 30.0, job: str | None = None) -> None:
+        try:
+            _wait(predicate, what, timeout)
+        except RuntimeError as exc:
+            if job is None:
+                raise
+            j = self.job(job)
+            state = {k: j.get(k) for k in ("job_state", "state_reason", "restart_cnt", "nodes", "priority")}
+            raise RuntimeError(f"{exc}; job {job}: {state}") from None
 
 
 def missing_binaries() -> list[str]:
@@ -236,7 +243,8 @@ def stop(root: Path) -> None:
                 break
             time.sleep(0.05)
         else:
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         pidfile.unlink(missing_ok=True)
 
 

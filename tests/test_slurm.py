@@ -45,7 +45,9 @@ def test_enforce_drains_the_bad_node_and_the_job_runs_again_elsewhere(slurm: Slu
     ]
     node = slurm.nodes()[bad]
     assert "DRAIN" in node["state_flags"] and "xid_79" in node["reason"] and crash.anomaly_id in node["reason"]
-    slurm.wait_for(lambda: slurm.job(job)["job_state"] == "RUNNING" and slurm.job(job)["restart_cnt"] == 1, "rerun")
+    slurm.wait_for(
+        lambda: slurm.job(job)["job_state"] == "RUNNING" and slurm.job(job)["restart_cnt"] == 1, "rerun", job=job
+    )
     rerun = slurm.job(job)
     assert bad not in rerun["nodes"] and bad in rerun["excluded_nodes"]
     assert events(tmp_path) == [
@@ -74,7 +76,9 @@ def test_a_transient_nccl_timeout_requeues_without_draining(slurm: SlurmCluster,
     job, nodes = slurm.submit(nodes=2)
     result = replay(scenarios.nccl_timeout(tmp_path / "scenario", job, nodes), settings(tmp_path))
     assert [(a.action, a.status) for a in result.actions] == [("requeue_job", "applied")], (result, slurm.job(job))
-    slurm.wait_for(lambda: slurm.job(job)["restart_cnt"] == 1 and slurm.job(job)["job_state"] == "RUNNING", "rerun")
+    slurm.wait_for(
+        lambda: slurm.job(job)["restart_cnt"] >= 1 and slurm.job(job)["job_state"] == "RUNNING", "rerun", job=job
+    )
     assert not any("DRAIN" in n["state_flags"] for n in slurm.nodes().values())
 
 

@@ -92,6 +92,17 @@ class SlurmCluster:
     def nodes(self) -> dict[str, dict]:
         return {n["name"]: n for n in json.loads(self.run("sinfo", "--json"))["nodes"]}
 
+    def stop_controller(self) -> None:
+        """Stop slurmctld only (the nodes keep running their jobs): the scheduler is down."""
+        pidfile = self.root / "run" / "slurmctld.pid"
+        pid = int(pidfile.read_text().strip())
+        os.kill(pid, signal.SIGTERM)
+        _wait(lambda: not Path(f"/proc/{pid}").exists(), "slurmctld stopped")
+
+    def start_controller(self) -> None:
+        subprocess.run([_bin("slurmctld"), "-f", str(self.conf)], env={**os.environ, **self.env}, check=False)
+        _wait(lambda: "UP" in self.run("scontrol", "ping", check=False), "slurmctld answering ping")
+
     def wait_for(self, predicate: object, what: str, timeout: float = 30.0, job: str | None = None) -> None:
         try:
             _wait(predicate, what, timeout)

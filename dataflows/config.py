@@ -90,15 +90,21 @@ def load_settings(path: str | Path | None) -> Settings:
     if not p.is_file():
         raise ConfigError(f"config file {p} does not exist; pass an existing YAML file to --config.")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {p} is not valid YAML ({str(exc).splitlines()[0]}).") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {p} is not UTF-8 text; save it as UTF-8.") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {p} must hold a mapping of settings, not a {type(data).__name__}.")
     try:
         settings = msgspec.convert(data, Settings)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"config file {p}: {exc}.") from None
+    except (UnicodeError, TypeError, ValueError):  # e.g. a lone surrogate escape in a key
+        raise ConfigError(
+            f"config file {p} holds text that is not valid Unicode; fix the escaped characters."
+        ) from None
     for stream in settings.kafka.topics:
         if stream not in TOPICS:
             raise ConfigError(

@@ -1,0 +1,142 @@
+"""Soak benchmark: one simulated day of a 1,000-GPU cluster through the real flow, at full speed.
+
+Twenty-four consecutive hours of the ``scale`` preset on 125 nodes × 8 GPUs (a new
+set of jobs every hour, so finished jobs come and go, the nodes stay), generated on
+the fly and fed to the dataflow as raw JSON records (decode included). Prints
+events/s, the p99 time the detect step spends on a batch, and the process RSS
+sampled along the way — it must level off, not grow with the hours.
+
+    python -m datasets.soak [--hours 24]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
+
+from dataflows import metrics
+from dataflows.config import Settings
+from dataflows.flow import Outputs, build_flow
+from dataflows.records import RawRecord
+from datasets import generator
+from detectors.events import parse_ts
+
+HOUR_S = 3600.0
+
+
+def day_records(hours: int, nodes: int = 125) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Hour after hour of the scale preset, shifted in time, with job ids unique per hour."""
+    for hour in range(hours):
+        sim = generator.build("scale", seed=1000 + hour, nodes=nodes, minutes=60)
+        for topic, record in generator.stream(sim):
+            record["ts"] = parse_ts(record["ts"]) + hour * HOUR_S
+            if record.get("job_id") is not None:
+                record["job_id"] = f"{hour:02d}-{record['job_id']}"
+            yield topic, record
+
+
+class _DayPartition(StatefulSourcePartition[RawRecord, int]):
+    def __init__(self, hours: int, counter: list[int]) -> None:
+        self._records = day_records(hours)
+        self._encode = msgspec.json.Encoder().encode
+        self._offset = 0
+        self._counter = counter
+
+    def next_batch(self) -> list[RawRecord]:
+        batch = []
+        for topic, record in self._records:
+            batch.append(RawRecord(topic, 0, self._offset, self._encode(record), "day"))
+            self._offset += 1
+            if len(batch) == 2000:
+                break
+        if not batch:
+            raise StopIteration
+        self._counter[0] = self._offset
+        return batch
+
+    def snapshot(self) -> int:
+        return self._offset
+
+
+class DaySource(FixedPartitionedSource[RawRecord, int]):
+    def __init__(self, hours: int) -> None:
+        self.hours = hours
+        self.counter = [0]
+
+    def list_parts(self) -> list[str]:
+        return ["day"]
+
+    def build_part(self, step_id: str, for_part: str, resume_state: int | None) -> _DayPartition:
+        return _DayPartition(self.hours, self.counter)
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _p99(histogram: Any) -> float | None:
+    samples = {s.labels["le"]: s.value for s in histogram.collect()[0].samples if s.name.endswith("_bucket")}
+    total = samples.get("+Inf", 0.0)
+    if not total:
+        return None
+    for le, count in sorted(((float(k), v) for k, v in samples.items()), key=lambda kv: kv[0]):
+        if count >= 0.99 * total:
+            return le
+    return None
+
+
+def main() -> None:
+    from bytewax.testing import run_main
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hours", type=int, default=24)
+    args = parser.parse_args()
+    source = DaySource(args.hours)
+    anomalies: list[Any] = []
+    samples: list[tuple[float, int, float]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(10.0):
+            samples.append((time.monotonic() - started, source.counter[0], _rss_mib()))
+
+    started = time.monotonic()
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    run_main(build_flow(source, Settings(), Outputs(on_anomalies=anomalies.extend)))
+    done.set()
+    elapsed = time.monotonic() - started
+    events = source.counter[0]
+    quarter = max(1, len(samples) // 4)
+    report = {
+        "hours": args.hours,
+        "events": events,
+        "seconds": round(elapsed, 1),
+        "events_per_s": round(events / elapsed),
+        "anomalies": len(anomalies),
+        "detect_batch_p99_s": _p99(metrics.STEP_SECONDS.labels("detect")),
+        "route_batch_p99_s": _p99(metrics.STEP_SECONDS.labels("route")),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "rss_mib_second_quarter": round(max(s[2] for s in samples[quarter : 2 * quarter]), 1)
+        if len(samples) >= 4
+        else None,
+        "rss_mib_last_quarter": round(max(s[2] for s in samples[-quarter:]), 1) if len(samples) >= 4 else None,
+        "rss_samples": [(round(t), n, round(r, 1)) for t, n, r in samples[:: max(1, len(samples) // 24)]],
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -222,7 +222,7 @@ def run(
 ) -> None:
     """Run live against Kafka: consume the input topics, publish anomalies and actions."""
     from dataflows.flow import build_flow
-    from dataflows.kafka_io import KafkaRecordMapper, check_topics, kafka_source
+    from dataflows.kafka_io import KafkaRecordMapper, LagMonitor, check_topics, kafka_source
 
     settings = settings_from(config)
     if brokers:
@@ -255,14 +255,16 @@ def run(
         f"consuming {', '.join(inputs.topics)} from {','.join(settings.kafka.brokers)}; "
         f"publishing to {settings.kafka.anomalies_topic}, {settings.kafka.actions_topic}"
     )
+    mapper = KafkaRecordMapper(settings.kafka)
     flow = build_flow(
         kafka_source(settings.kafka, inputs.topics),
         settings,
         report.outputs(out, kafka=True),
         live=True,
-        record_mapper=KafkaRecordMapper(settings.kafka),
+        record_mapper=mapper,
         clock_partitions=inputs.clock_partitions,
     )
+    lag = LagMonitor(settings.kafka, mapper, inputs.topics) if server is not None and workers == 1 else None
 
     stopping = threading.Event()
 
@@ -281,6 +283,8 @@ def run(
             raise
     finally:
         flush_open_archives()
+        if lag is not None:
+            lag.close()
         if server is not None:
             server.close()
     report.print_summary(out)

@@ -67,10 +67,14 @@ def kafka_source(settings: KafkaSettings, topics: list[str]) -> KafkaSource:
 
 
 class KafkaRecordMapper:
-    """Kafka messages (and consumer errors) → :class:`RawRecord` or :class:`DeadLetter`."""
+    """Kafka messages (and consumer errors) → :class:`RawRecord` or :class:`DeadLetter`.
+
+    It also remembers the last offset read per topic-partition, for the lag monitor.
+    """
 
     def __init__(self, settings: KafkaSettings) -> None:
         self._stream = {settings.topic_for(t): t for t in TOPICS}
+        self.positions: dict[tuple[str, int], int] = {}
 
     def __call__(self, msg: KafkaSourceMessage[Any, Any] | KafkaError[Any, Any]) -> RawRecord | DeadLetter:
         if isinstance(msg, KafkaError):
@@ -84,7 +88,48 @@ class KafkaRecordMapper:
             )
         stream = self._stream.get(msg.topic or "", msg.topic or "?")
         partition = msg.partition or 0
+        self.positions[(msg.topic or "?", partition)] = msg.offset or 0
         return RawRecord(stream, partition, msg.offset or 0, msg.value or b"", f"{stream}/{partition}")
+
+
+class LagMonitor:
+    """Every ``interval_s``, sets ``trainguard_consumer_lag_messages`` = high watermark − next offset to read."""
+
+    def __init__(self, settings: KafkaSettings, mapper: KafkaRecordMapper, topics: list[str], interval_s: float = 5.0):
+        import threading
+
+        from confluent_kafka import Consumer
+
+        self._consumer = Consumer(
+            {"bootstrap.servers": ",".join(settings.brokers), "group.id": "trainguard-lag", **settings.extra}
+        )
+        self._mapper = mapper
+        self._topics = topics
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="consumer-lag", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        from confluent_kafka import TopicPartition
+
+        from dataflows import metrics
+
+        while not self._stop.wait(self._interval_s):
+            try:
+                meta = self._consumer.list_topics(timeout=5).topics
+                for topic in self._topics:
+                    for partition in meta[topic].partitions if topic in meta else ():
+                        _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=5)
+                        read = self._mapper.positions.get((topic, partition), -1) + 1
+                        metrics.CONSUMER_LAG.labels(topic, str(partition)).set(max(0, high - read))
+            except Exception:
+                continue
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._consumer.close()
 
 
 def kafka_sink(settings: KafkaSettings) -> KafkaSink:

@@ -21,6 +21,11 @@ DEAD_LETTERS = Counter("trainguard_dead_letters_total", "Input records refused, 
 ANOMALIES = Counter("trainguard_anomalies_total", "Anomalies emitted, by kind.", ["kind"])
 ACTIONS = Counter("trainguard_actions_total", "Actions decided, by action and status.", ["action", "status"])
 WATERMARK_DELAY = Gauge("trainguard_watermark_delay_seconds", "Wall clock minus the event-time watermark (live).")
+CONSUMER_LAG = Gauge(
+    "trainguard_consumer_lag_messages",
+    "Messages on the broker not yet read, per input partition.",
+    ["topic", "partition"],
+)
 BREAKER_OPEN = Gauge("trainguard_breaker_open", "1 while the drain circuit breaker is open (drains only recommended).")
 BUFFERED = Gauge("trainguard_reorder_buffer_events", "Events waiting in the router's reorder buffer.")
 STEP_SECONDS = Histogram(

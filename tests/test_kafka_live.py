@@ -58,7 +58,12 @@ def test_live_kafka_run_matches_replay(tansu: Broker, tmp_path):
         # Wait a little longer: a duplicate or an extra anomaly would show up now.
         raw += consume_all(tansu.address, "anomalies", 10_000, timeout_s=3)[len(raw) :]
         base = f"http://127.0.0.1:{metrics_port}"
-        scraped = urllib.request.urlopen(f"{base}/metrics", timeout=5).read().decode()
+        deadline = time.monotonic() + 15
+        while True:  # the lag monitor reports every 5 s
+            scraped = urllib.request.urlopen(f"{base}/metrics", timeout=5).read().decode()
+            if "trainguard_consumer_lag_messages{" in scraped or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         health = urllib.request.urlopen(f"{base}/healthz", timeout=5)
     finally:
         stop_process(run)
@@ -72,6 +77,8 @@ def test_live_kafka_run_matches_replay(tansu: Broker, tmp_path):
 
     assert summary(live) == summary(expected.anomalies), output[-3000:]
     assert health.status == 200
+    # Everything was read: no lag on any input partition.
+    assert 'trainguard_consumer_lag_messages{partition="0",topic="logs"} 0.0' in scraped
     assert 'trainguard_anomalies_total{kind="crash"} 1.0' in scraped
     assert 'trainguard_dead_letters_total{topic="logs"} 3.0' in scraped
     assert 'trainguard_events_total{topic="gpu"}' in scraped and "trainguard_watermark_delay_seconds" in scraped

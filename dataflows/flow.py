@@ -14,6 +14,7 @@ Build it with :func:`build_flow` and run it the Bytewax way
 from __future__ import annotations
 
 import copy
+import math
 import os
 import pickle
 import time
@@ -39,7 +40,7 @@ from dataflows.records import RawRecord, Routed
 from detectors.events import TOPICS, Action, Anomaly, DeadLetter, Event, GpuSample, LogRecord, NodeEvent, Tick, decode
 from detectors.history import HistoryAttributor
 from detectors.monitor import JobMonitor, NodeMonitor
-from detectors.routing import DEAD, Router
+from detectors.routing import DEAD, Heartbeat, Router, is_broadcast, shard_of
 from detectors.settings import DetectorSettings
 
 # ---------------------------------------------------------------- stateful steps
@@ -205,6 +206,35 @@ def _decode_batch(batch: list[RawRecord | Routed | DeadLetter]) -> list[tuple[st
     return out
 
 
+def _sharder(shards: int) -> Callable[[list[tuple[str, Routed | DeadLetter]]], list[tuple[str, Any]]]:
+    """Send each decoded record to the router shard that owns its job, or to every shard (see ``routing``)."""
+    keys = [f"router-{i}" for i in range(shards)]
+
+    def shard(batch: list[tuple[str, Routed | DeadLetter]]) -> list[tuple[str, Any]]:
+        # Heartbeats first: each shard learns its index, and how far every stream got.
+        progress: dict[str, float] = {}
+        for _, rec in batch:
+            if type(rec) is tuple and rec[2].ts > progress.get(rec[0], -math.inf):  # type: ignore[operator]
+                progress[rec[0]] = rec[2].ts  # type: ignore[assignment]
+        out: list[tuple[str, Any]] = [
+            (keys[i], (clock, (9, 0, 0), Heartbeat(ts, i, shards), None))
+            for clock, ts in progress.items()
+            for i in range(shards)
+        ]
+        for _, rec in batch:
+            if type(rec) is not tuple:
+                out.append((keys[0], rec))  # a dead letter: reported once
+                continue
+            event = rec[2]  # type: ignore[index]
+            if is_broadcast(event):
+                out.extend((key, rec) for key in keys)
+            else:
+                out.append((keys[shard_of(str(event.job_id), shards)], rec))
+        return out
+
+    return shard
+
+
 def build_flow(
     source: Source[Any],
     settings: Settings,
@@ -234,6 +264,8 @@ def build_flow(
     # Decoded events and dead letters alike go to the one router (keyed "router"), which
     # passes the dead letters through: one fewer per-item step on the hot path.
     keyed = op.flat_map_batch("decode", raw, _decode_batch)
+    if router_settings.shards > 1:
+        keyed = op.flat_map_batch("shard", keyed, _sharder(router_settings.shards))
     router_out = op.stateful_batch(
         "route",
         keyed,

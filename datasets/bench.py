@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import resource
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -49,15 +51,34 @@ def synthetic_mix(jobs: int, minutes: float, seed: int = 1) -> Scenario:
     return sc
 
 
+def _settings(shards: int):
+    from dataflows.config import Settings
+
+    settings = Settings()
+    settings.router.shards = shards
+    return settings
+
+
+def bench_flow(directory: str, shards: int):
+    """The benchmark's flow for ``python -m bytewax.testing`` (multi-process runs)."""
+    from dataflows.flow import Outputs, build_flow
+    from dataflows.replay import ReplaySource
+
+    return build_flow(ReplaySource(Path(directory)), _settings(shards), Outputs())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="trainguard replay throughput benchmark")
     parser.add_argument("--jobs", type=int, default=16)
     parser.add_argument("--minutes", type=float, default=30.0)
-    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=1, help="Bytewax worker threads in this process")
+    parser.add_argument(
+        "--processes", type=int, default=0, help="instead: this many worker processes (python -m bytewax.testing -p)"
+    )
+    parser.add_argument("--shards", type=int, default=0, help="router shards (default: one per worker or process)")
     parser.add_argument("--repeat", type=int, default=5, help="runs of the flow; the median and the best are printed")
     args = parser.parse_args()
 
-    from dataflows.config import Settings
     from dataflows.flow import Outputs, build_flow
     from dataflows.replay import ReplaySource, count_records, merged_records
     from detectors.events import decode
@@ -89,9 +110,15 @@ def main() -> None:
             outputs = Outputs(
                 on_anomalies=counter("anomalies"), on_actions=counter("actions"), on_dead_letters=counter("dead")
             )
-            flow = build_flow(ReplaySource(directory), Settings(), outputs)
+            shards = args.shards or max(args.workers, args.processes, 1)
+            flow = build_flow(ReplaySource(directory), _settings(shards), outputs)
             started = time.perf_counter()
-            if args.workers == 1:
+            if args.processes:
+                spec = f"datasets.bench:bench_flow({str(directory)!r}, {shards})"
+                subprocess.run(
+                    [sys.executable, "-m", "bytewax.testing", spec, "-p", str(args.processes), "-w", "1"], check=True
+                )
+            elif args.workers == 1:
                 run_main(flow)
             else:
                 from bytewax._bytewax import cli_main
@@ -105,7 +132,9 @@ def main() -> None:
     print(f"events                {total:>12,}")
     print(f"decode only           {decode_rate:>12,.0f} events/s (msgspec, one core)")
     print(
-        f"full flow, median     {total / median:>12,.0f} events/s ({args.workers} worker(s), {median:.2f}s: "
+        f"full flow, median     {total / median:>12,.0f} events/s "
+        f"({args.processes or args.workers} {'process' if args.processes else 'worker thread'}(s), "
+        f"{args.shards or max(args.workers, args.processes, 1)} router shard(s), {median:.2f}s: "
         "replay read, decode, route, detect, policy)"
     )
     print(f"full flow, best       {total / timings[0]:>12,.0f} events/s (of {len(timings)} runs)")

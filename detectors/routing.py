@@ -20,12 +20,22 @@ before an event that preceded it.
 
 The 105 s tick comes before the 106 s sample it does not cover. Node keys get
 every ``node_tick_every``-th tick only: they have no short deadlines.
+
+**Shards.** To spread the work over many workers, ``shards`` routers each own the
+jobs whose id hashes to them (:func:`shard_of`) and shard 0 owns the idle nodes.
+Records that carry a job go to their owner only; records that carry just a node
+(GPU samples, kernel lines, node states) and the scheduler's job records go to
+every shard, because each one needs the whole job ↔ node map to decide whether a
+node's record is its own. A :class:`Heartbeat` tells every shard how far each
+input stream has got, so all their clocks move together. A job's events and ticks
+therefore still come from one router, in the same order as with one shard.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import zlib
 from typing import Any
 
 import msgspec
@@ -37,6 +47,30 @@ from detectors.monitor import RUNNING_STATES
 DEAD = "!dead"  # key of dead-letter items in the router's output
 
 
+class Heartbeat(msgspec.Struct, frozen=True, gc=False):
+    """An input stream reached ``ts``; tells shard ``shard`` of ``shards`` (which learns its place from it)."""
+
+    ts: float
+    shard: int
+    shards: int
+
+
+def shard_of(job_id: str, shards: int) -> int:
+    """The router shard that owns a job: a hash stable across processes and runs.
+
+    >>> shard_of("1002", 1), shard_of("1002", 2), shard_of("1002", 2) == shard_of("1002", 2)
+    (0, 1, True)
+    """
+    return zlib.crc32(job_id.encode()) % shards if shards > 1 else 0
+
+
+def is_broadcast(event: Event) -> bool:
+    """Whether every shard needs this event (it names no job, or it changes the job ↔ node map)."""
+    return isinstance(event, GpuSample | NodeEvent | JobEvent) or (
+        isinstance(event, LogRecord) and event.job_id is None
+    )
+
+
 class RouterSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     lateness_s: float = 2.0
     tick_s: float = 5.0
@@ -46,6 +80,7 @@ class RouterSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_late_s: float = 3600.0  # behind the watermark
     key_idle_s: float = 3600.0  # stop ticking keys silent this long (event time)
     linger_s: float = 600.0  # keep ticking a finished job this long
+    shards: int = 1  # routers to spread jobs over (use the number of workers)
 
 
 class Router:
@@ -68,6 +103,7 @@ class Router:
         # every run processes them in the same (timestamp, topic, offset) order.
         self._buffer: list[tuple[float, tuple[int, int, int], int, Event]] = []
         self._seq = 0
+        self.shard, self.shards = 0, 1  # set by the first Heartbeat when the flow is sharded
 
     def route(
         self,
@@ -99,6 +135,11 @@ class Router:
         wall_limit = math.inf if wall is None else wall + max_future
         for partition, order, event, payload in batch:
             ts: float = event.ts  # type: ignore[assignment]
+            if type(event) is Heartbeat:
+                self.shard, self.shards = event.shard, event.shards
+                if ts >= clock.current - max_late:
+                    observe(partition, ts, wall)
+                continue
             # Fast path: inside every bound (the common case) needs no message.
             if ts <= clock.max_ts + max_future and ts <= wall_limit and ts >= clock.current - max_late:
                 observe(partition, ts, wall)
@@ -106,6 +147,8 @@ class Router:
                 push(buffer, (ts, order, self._seq, event))
                 continue
             reason = self._refuse(ts, wall)
+            if reason is not None and self.shard and is_broadcast(event):
+                continue  # every shard refuses it: shard 0 reports it
             if reason is not None:
                 raw = payload if payload is not None else msgspec.json.encode(event)
                 topic = TOPICS[order[0]] if order[0] < len(TOPICS) else partition.split("/", 1)[0]
@@ -161,6 +204,11 @@ class Router:
             event.job_id = job
         return f"job/{event.job_id}"
 
+    def _owns(self, key: str) -> bool:
+        if key.startswith("job/"):
+            return shard_of(key[4:], self.shards) == self.shard
+        return self.shard == 0
+
     def _job_state(self, job: str, event: JobEvent) -> None:
         key = f"job/{job}"
         state = event.state.upper()
@@ -194,6 +242,8 @@ class Router:
                 out.extend(self._ticks(points[next_point:upto]))
                 next_point = upto
             key = self._key(event)
+            if self.shards > 1 and not self._owns(key):
+                continue  # another shard's job (or node): it routes this event
             if ts > active.get(key, -math.inf):
                 active[key] = ts
             out.append((key, event))

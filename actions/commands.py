@@ -16,8 +16,11 @@ from __future__ import annotations
 import shlex
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,35 @@ class CommandFailed(RuntimeError):
         self.attempts = tuple(attempts)
 
 
+class GiveUp(Exception):
+    """Raised by an attempt that retrying cannot help."""
+
+    def __init__(self, attempt: Attempt) -> None:
+        super().__init__(attempt.detail)
+        self.attempt = attempt
+
+
+def retry(
+    what: str, attempts: int, backoff_s: float, once: Callable[[], tuple[Attempt, T]]
+) -> tuple[T, tuple[Attempt, ...]]:
+    """Call ``once`` until its attempt is ok: ``attempts`` tries, the wait doubling from ``backoff_s``."""
+    tried: list[Attempt] = []
+    delay = backoff_s
+    for n in range(max(1, attempts)):
+        if n:
+            time.sleep(delay)
+            delay *= 2
+        try:
+            attempt, result = once()
+        except GiveUp as stop:
+            tried.append(stop.attempt)
+            break
+        tried.append(attempt)
+        if attempt.ok:
+            return result, tuple(tried)
+    raise CommandFailed(f"{what} failed after {len(tried)} attempt(s): {tried[-1].detail}", tried)
+
+
 @dataclass
 class CommandRunner:
     """Runs argv lists with a timeout and retries (``attempts`` tries, backoff doubling from ``backoff_s``)."""
@@ -76,31 +108,30 @@ class CommandRunner:
 
     def run(self, argv: Sequence[str]) -> Completed:
         """Run until one attempt succeeds; raise :class:`CommandFailed` when all have failed."""
-        full = self.argv_for(argv)
-        tried: list[Attempt] = []
-        delay = self.backoff_s
-        for attempt in range(max(1, self.attempts)):
-            if attempt:
-                time.sleep(delay)
-                delay *= 2
+        full = tuple(self.argv_for(argv))
+
+        def once() -> tuple[Attempt, str]:
             started = time.monotonic()
             try:
                 proc = subprocess.run(
                     full, capture_output=True, text=True, timeout=self.timeout_s, env=self._env(), check=False
                 )
             except subprocess.TimeoutExpired:
-                tried.append(Attempt(tuple(full), False, None, f"timed out after {self.timeout_s:g} s", since(started)))
-                continue
+                return Attempt(full, False, None, f"timed out after {self.timeout_s:g} s", since(started)), ""
             except OSError as exc:  # the binary is missing: retrying will not help
-                tried.append(Attempt(tuple(full), False, None, f"cannot run {full[0]}: {exc.strerror}", since(started)))
-                break
+                raise GiveUp(
+                    Attempt(full, False, None, f"cannot run {full[0]}: {exc.strerror}", since(started))
+                ) from None
             detail = (proc.stderr or proc.stdout).strip()[-300:]
-            tried.append(Attempt(tuple(full), proc.returncode == 0, proc.returncode, detail, since(started)))
-            if proc.returncode == 0:
-                self.last_attempts = tried
-                return Completed(proc.stdout, tuple(tried))
-        self.last_attempts = tried
-        raise CommandFailed(f"{' '.join(argv[:3])} failed after {len(tried)} attempt(s): {tried[-1].detail}", tried)
+            return Attempt(full, proc.returncode == 0, proc.returncode, detail, since(started)), proc.stdout
+
+        try:
+            stdout, tried = retry(" ".join(argv[:3]), self.attempts, self.backoff_s, once)
+        except CommandFailed as exc:
+            self.last_attempts = list(exc.attempts)
+            raise
+        self.last_attempts = list(tried)
+        return Completed(stdout, tried)
 
     def _env(self) -> dict[str, str] | None:
         if self.env is None:

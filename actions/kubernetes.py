@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from actions.commands import Attempt, CommandFailed, since
+from actions.commands import Attempt, retry, since
 from actions.drivers import Inventory, JobInfo, NodeInfo
 
 TAINT_KEY = "trainguard.io/quarantine"
@@ -47,21 +47,15 @@ class KubernetesDriver:
         return cls(client.CoreV1Api(), client.BatchV1Api(), namespace)
 
     def _call(self, what: str, fn: Callable[[], Any]) -> tuple[Any, tuple[Attempt, ...]]:
-        tried: list[Attempt] = []
-        delay = self.backoff_s
-        for attempt in range(max(1, self.attempts)):
-            if attempt:
-                time.sleep(delay)
-                delay *= 2
+        def once() -> tuple[Attempt, Any]:
             started = time.monotonic()
             try:
                 result = fn()
             except Exception as exc:  # ApiException, urllib3 errors: recorded, retried
-                tried.append(Attempt((what,), False, getattr(exc, "status", None), str(exc)[:300], since(started)))
-                continue
-            tried.append(Attempt((what,), True, 0, "", since(started)))
-            return result, tuple(tried)
-        raise CommandFailed(f"{what} failed after {len(tried)} attempt(s): {tried[-1].detail}", tried)
+                return Attempt((what,), False, getattr(exc, "status", None), str(exc)[:300], since(started)), None
+            return Attempt((what,), True, 0, "", since(started)), result
+
+        return retry(what, self.attempts, self.backoff_s, once)
 
     # ------------------------------------------------------------ reading
 

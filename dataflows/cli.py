@@ -24,6 +24,7 @@ from dataflows.cli_common import (
     err_console,
     fail,
     kafka_settings,
+    publishing_settings,
     settings_from,
 )
 from dataflows.cli_scenarios import register as register_scenario_commands
@@ -331,11 +332,7 @@ def collect_gpu(
 
     from dataflows.nvml_collector import GpuCollector, NvmlUnavailable
 
-    settings = settings_from(config)
-    if brokers:
-        settings.kafka.brokers = brokers_list(brokers)
-    if out is None and not settings.kafka.brokers:
-        raise fail("give --brokers HOST:PORT (or TRAINGUARD_BROKERS) to publish, or --out FILE to write JSON Lines.")
+    settings = publishing_settings(config, brokers, out)
     try:
         collector = GpuCollector(node or socket.gethostname().split(".")[0])
     except NvmlUnavailable as exc:
@@ -412,11 +409,7 @@ def watch_slurm(
     from actions.commands import CommandFailed, CommandRunner
     from dataflows.slurm_watcher import SlurmWatcher
 
-    settings = settings_from(config)
-    if brokers:
-        settings.kafka.brokers = brokers_list(brokers)
-    if out is None and not settings.kafka.brokers:
-        raise fail("give --brokers HOST:PORT (or TRAINGUARD_BROKERS) to publish, or --out FILE to write JSON Lines.")
+    settings = publishing_settings(config, brokers, out)
     s = settings.scheduler
     runner = CommandRunner(s.timeout_s, s.attempts, s.backoff_s, ssh_host=s.ssh_host, bin_dir=s.bin_dir)
     watcher = SlurmWatcher(runner)

@@ -49,3 +49,13 @@ def kafka_settings(config: Path | None, brokers: str) -> Settings:
     if not settings.kafka.brokers:
         raise fail("no Kafka brokers given; pass --brokers HOST:PORT or set TRAINGUARD_BROKERS.")
     return settings
+
+
+def publishing_settings(config: Path | None, brokers: str, out: Path | None) -> Settings:
+    """Settings for a producer command: it needs brokers, unless it writes to ``--out``."""
+    settings = settings_from(config)
+    if brokers:
+        settings.kafka.brokers = brokers_list(brokers)
+    if out is None and not settings.kafka.brokers:
+        raise fail("give --brokers HOST:PORT (or TRAINGUARD_BROKERS) to publish, or --out FILE to write JSON Lines.")
+    return settings

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -211,7 +212,10 @@ def run(
     metrics_port: Annotated[
         int,
         typer.Option(
-            min=0, max=65535, envvar="TRAINGUARD_METRICS_PORT", help="Serve /metrics and /healthz here (0: off)."
+            min=0,
+            max=65535,
+            envvar="TRAINGUARD_METRICS_PORT",
+            help="Serve /metrics and /healthz here (0: off). TRAINGUARD_METRICS_TOKEN: a bearer token for /metrics.",
         ),
     ] = 9464,
     metrics_host: Annotated[str, typer.Option(help="Address for the metrics endpoint.")] = "127.0.0.1",
@@ -245,7 +249,7 @@ def run(
         from dataflows.metrics import MetricsServer
 
         try:
-            server = MetricsServer(metrics_port, metrics_host)
+            server = MetricsServer(metrics_port, metrics_host, token=os.environ.get("TRAINGUARD_METRICS_TOKEN") or None)
         except OSError as exc:
             raise fail(
                 f"cannot serve metrics on {metrics_host}:{metrics_port} ({exc.strerror}); "

@@ -7,6 +7,7 @@ flow is alive and has made progress within ``stale_after_s``.
 
 from __future__ import annotations
 
+import hmac
 import threading
 import time
 from collections import Counter as Tally
@@ -61,12 +62,21 @@ class _Quiet(WSGIRequestHandler):
 class MetricsServer:
     """Serves /metrics and /healthz on ``host:port`` from a daemon thread."""
 
-    def __init__(self, port: int, host: str = "127.0.0.1", stale_after_s: float = 60.0) -> None:
+    def __init__(
+        self, port: int, host: str = "127.0.0.1", stale_after_s: float = 60.0, token: str | None = None
+    ) -> None:
         self.stale_after_s = stale_after_s
         self.started = time.time()
         metrics_app = make_wsgi_app(REGISTRY)
+        expected = f"Bearer {token}".encode() if token else None
 
         def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+            # /healthz stays open for liveness probes; /metrics wants the token when one is set.
+            if expected is not None and environ.get("PATH_INFO") != "/healthz":
+                given = environ.get("HTTP_AUTHORIZATION", "").encode()
+                if not hmac.compare_digest(given, expected):
+                    start_response("401 Unauthorized", [("WWW-Authenticate", "Bearer"), ("Content-Type", "text/plain")])
+                    return [b"unauthorized\n"]
             if environ.get("PATH_INFO") == "/healthz":
                 healthy = time.time() - max(_last_progress, self.started) <= self.stale_after_s
                 status = "200 OK" if healthy else "503 Service Unavailable"

@@ -44,3 +44,20 @@ def test_metrics_and_health_are_served_and_health_notices_a_stall():
             assert exc.code == 503
     finally:
         server.close()
+
+
+def test_metrics_can_require_a_bearer_token_while_health_stays_open():
+    server = MetricsServer(0, token="scrape-me")
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "scrape-me"}):
+            try:
+                urllib.request.urlopen(urllib.request.Request(f"{base}/metrics", headers=headers), timeout=5)
+                raise AssertionError(f"{headers} must be refused")
+            except urllib.error.HTTPError as exc:
+                assert exc.code == 401
+        ok = urllib.request.Request(f"{base}/metrics", headers={"Authorization": "Bearer scrape-me"})
+        assert b"trainguard_events_total" in urllib.request.urlopen(ok, timeout=5).read()
+        assert urllib.request.urlopen(f"{base}/healthz", timeout=5).status == 200
+    finally:
+        server.close()

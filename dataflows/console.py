@@ -128,7 +128,19 @@ def create_app(
         )
 
     async def overview(request: Request, user: ConsoleUser) -> Response:
-        return JSONResponse(data.overview())
+        summary = data.overview()
+        if executor is not None and executor.driver is not None:
+            try:  # the scheduler's own view, when the console can reach it
+                inventory = await asyncio.to_thread(executor.inventory)
+            except Exception as exc:
+                summary["scheduler"] = {"error": str(exc)[:200]}
+            else:
+                summary["scheduler"] = {
+                    "jobs_running": sum(1 for j in inventory.jobs.values() if j.state == "RUNNING"),
+                    "nodes": len(inventory.nodes),
+                    "nodes_unavailable": sum(1 for n in inventory.nodes.values() if n.unavailable),
+                }
+        return JSONResponse(summary)
 
     async def anomalies(request: Request, user: ConsoleUser) -> Response:
         return JSONResponse(data.feed(int(request.query_params.get("limit", "100"))))

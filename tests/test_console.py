@@ -78,6 +78,7 @@ def test_auth_roles_csrf_and_headers(monitored: tuple[Settings, Path]):
         assert client.get("/api/overview", headers={"Authorization": "Bearer nope"}).status_code == 401
         robot = client.get("/api/overview", headers={"Authorization": "Bearer s3cret-token"})
         assert robot.status_code == 200 and robot.json()["pending"] == 4
+        assert robot.json()["scheduler"] == {"jobs_running": 5, "nodes": 12, "nodes_unavailable": 0}
         for header, value in {
             "content-security-policy": "default-src 'self'",
             "x-frame-options": "DENY",
@@ -204,7 +205,10 @@ def test_console_in_chromium_feed_updates_live_and_approval_is_audited(browser, 
         replayer.join()
         page.wait_for_selector("tr[data-action] >> text=gpu-node-10")
         assert "xid_79" in page.locator("#feed").inner_text()
-        assert page.locator("#sparkline polyline").count() == 1  # the newest anomaly's job, with its progress
+        page.locator("#feed a.job", has_text="job 1004").first.click()  # the straggler: per-rank progress
+        page.wait_for_selector("#job-title:has-text('job 1004')")
+        page.locator("#sparkline polyline").wait_for(state="attached")
+        assert page.locator("#sparkline line.anomaly-marker").count() >= 1
         row = page.locator("#pending tr", has_text="gpu-node-10")
         row.get_by_role("button", name="Approve").click()
         page.wait_for_selector("#decision-result:has-text('applied')")

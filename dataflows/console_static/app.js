@@ -31,7 +31,12 @@ function renderOverview(o) {
   cards.replaceChildren(
     el("div", { class: "card" }, el("b", {}, o.anomalies_total), "anomalies"),
     el("div", { class: "card" }, el("b", {}, kinds), "last hour, by kind"),
-    el("div", { class: "card" }, el("b", {}, o.jobs.length), "jobs seen"),
+    o.scheduler && !o.scheduler.error
+      ? el("div", { class: "card" }, el("b", {}, o.scheduler.jobs_running), "jobs running")
+      : el("div", { class: "card" }, el("b", {}, o.jobs.length), "jobs seen"),
+    o.scheduler && !o.scheduler.error
+      ? el("div", { class: "card" }, el("b", {}, `${o.scheduler.nodes_unavailable}/${o.scheduler.nodes}`), "nodes unavailable")
+      : "",
     el("div", { class: "card" }, el("b", {}, o.drained_by_trainguard.length), "nodes drained by trainguard"),
     el("div", { class: "card", id: "pending-count" }, el("b", {}, o.pending), "pending recommendations"),
   );

@@ -90,11 +90,15 @@ class RunReport:
         table.add_column("job")
         table.add_column("where")
         table.add_column("latency", justify="right")
-        table.add_column("recommended")
+        table.add_column("actions")
         for a in sorted(self.anomalies, key=lambda a: a.detected_at):
             latency = "" if a.onset_ts is None else f"{a.detected_at - a.onset_ts:.1f}s"
             where = ", ".join(a.nodes) + (f" rank {', '.join(map(str, a.ranks))}" if a.ranks else "")
-            recs = "; ".join(f"{x.action} {x.target}" for x in self.actions if x.anomaly_id == a.anomaly_id)
+            recs = "; ".join(
+                f"{x.action} {x.target}" + ("" if x.status == "recommended" else f" ({x.status})")
+                for x in self.actions
+                if x.anomaly_id == a.anomaly_id
+            )
             table.add_row(f"{a.kind}/{a.category}", a.layer, a.job_id or "-", where or "-", latency, recs or "-")
         console.print(table)
         dead = sum(self.dead.values())

@@ -42,15 +42,25 @@ class Broker:
         stop_process(self.process)
 
 
-def start_tansu(binary: str, port: int | None = None) -> Broker:
-    """Start Tansu on ``127.0.0.1:port`` (a free one by default) and wait until it accepts connections."""
+def start_tansu(
+    binary: str, port: int | None = None, storage: str | None = None, env: dict[str, str] | None = None
+) -> Broker:
+    """Start Tansu on ``127.0.0.1:port`` (a free one by default) and wait until it accepts connections.
+
+    ``storage`` is Tansu's storage engine URL (in-memory by default; ``s3://bucket/`` with
+    ``env`` naming the endpoint survives a restart).
+    """
     port = port or free_port()
     url = f"tcp://127.0.0.1:{port}"
+    argv = [binary, "broker", "--listener-url", url, "--advertised-listener-url", url]
+    if storage is not None:
+        argv += ["--storage-engine", storage]
     proc = subprocess.Popen(
-        [binary, "broker", "--listener-url", url, "--advertised-listener-url", url],
+        argv,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        env={**os.environ, **(env or {})},
     )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:

@@ -98,8 +98,12 @@ class ActionExecutor:
         for key, entry in list(self._open_intents.items()):
             anomaly = msgspec.convert(entry["anomaly"], Anomaly)
             action = msgspec.convert(entry["action_record"], Action)
+            try:
+                effective = self._already_effective(action, entry)
+            except CommandFailed:
+                continue  # the scheduler cannot say: the intent stays open (and blocks a rerun) until it can
             del self._open_intents[key]
-            if self._already_effective(action, entry):
+            if effective:
                 out.append(self._finish(anomaly, action, "applied", "reconciled: the scheduler shows it done", ()))
             else:
                 out.append(self._run(anomaly, action, reconciled=True))

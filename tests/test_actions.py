@@ -368,3 +368,26 @@ def test_kubernetes_api_errors_are_retried_then_reported():
 
 def test_audit_entries_are_json_lines():
     assert json.loads(msgspec.json.encode({"a": 1})) == {"a": 1}
+
+
+def test_an_intent_stays_open_while_the_scheduler_cannot_be_asked(tmp_path: Path):
+    audit = tmp_path / "audit.jsonl"
+    config = PolicyConfig(mode="enforce")
+
+    class DiesMidCommand(DryRunDriver):
+        def requeue_job(self, job_id: str, exclude: list[str]):
+            raise SystemExit("killed")
+
+    requeue = Policy(config).decide(anomaly(1))[1]
+    with pytest.raises(SystemExit):
+        ActionExecutor(config, DiesMidCommand(inventory()), AuditLog(audit)).execute(anomaly(1), requeue)
+
+    class Unreachable(DryRunDriver):
+        def inventory(self) -> Inventory:
+            raise CommandFailed("squeue --json failed after 3 attempt(s): connection refused", ())
+
+    down = Unreachable(inventory())
+    restarted = ActionExecutor(config, down, AuditLog(audit))
+    assert restarted.reconcile() == [] and restarted.unreconciled == 1
+    assert restarted.execute(anomaly(1), requeue) is None  # never run twice while its fate is unknown
+    assert down.commands == []

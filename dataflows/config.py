@@ -19,7 +19,15 @@ from detectors.settings import DetectorSettings
 
 
 class ConfigError(ValueError):
-    """A bad setting; the message is one sentence that says what to fix."""
+    """A bad setting; the message is one sentence that says what to fix.
+
+    >>> print(ConfigError("unknown field `" + chr(10) + "`"))
+    unknown field `\\n`
+    """
+
+    def __init__(self, message: str) -> None:
+        # Keys come from the file: a control character in one must not break the sentence.
+        super().__init__("".join(c if c.isprintable() else repr(c)[1:-1] for c in message))
 
 
 class KafkaSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -27,7 +27,8 @@ from detectors.signatures import classify_text, match_line
 
 EXAMPLES = 1500
 RAN: Counter[str] = Counter()
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomize: CI sees the same cases every run (a failure reproduces); raise EXAMPLES to explore more.
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
 # Text that looks like what these parsers meet: log fragments, numbers, brackets, control characters.
@@ -146,9 +147,12 @@ def test_hostlists(text: str):
     assert all(isinstance(h, str) and h for h in hosts)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(document=st.one_of(_TEXT, _JSON_VALUES.map(json.dumps), _RECORDS.map(lambda r: json.dumps({"policy": r}))))
 def test_config_files(document: str, tmp_path_factory: pytest.TempPathFactory):
+    """(Found, in CI: an unknown key named "\\n" broke the one-sentence error over two lines.)"""
     RAN["config files"] += 1
     path = tmp_path_factory.mktemp("cfg") / "c.yaml"
     path.write_text(document)
@@ -171,7 +175,7 @@ def test_console_auth_headers(header: str):
     assert auth.user(Request(scope)) is None
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(garbage=st.lists(st.tuples(st.sampled_from(TOPICS), st.one_of(_TEXT, _RECORDS.map(json.dumps))), max_size=40))
 def test_the_flow_dead_letters_bad_records_and_still_finds_the_fault(
     garbage: list[tuple[str, str]], tmp_path_factory: pytest.TempPathFactory

@@ -372,6 +372,9 @@ def console_cmd(
     progress: Annotated[
         Path | None, typer.Option(help="Replay directory whose progress records draw job timelines.")
     ] = None,
+    brokers: Annotated[
+        str, typer.Option(envvar="TRAINGUARD_BROKERS", help="Also read the anomalies and progress topics live.")
+    ] = "",
     host: Annotated[str | None, typer.Option(help="Address to listen on (default: console.host, 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option(min=1, max=65535, help="Port (default: console.port, 8765).")] = None,
     config: ConfigOpt = None,
@@ -390,14 +393,19 @@ def console_cmd(
         raise fail(
             "the console needs at least one user under console.users in the config (name, role, password_sha256)."
         )
-    if settings.audit_log is None and archive is None:
-        raise fail("give --archive DIR or set audit_log in the config: the console shows a run's outputs.")
+    if settings.audit_log is None and archive is None and not brokers:
+        raise fail("give --archive DIR, --brokers, or audit_log in the config: the console shows a run's outputs.")
     audit_path = Path(settings.audit_log) if settings.audit_log else None
     executor = None
     if audit_path is not None:
         executor = ActionExecutor(settings.policy, make_driver(settings.scheduler), AuditLog(audit_path))
     data = ConsoleData(audit_path, archive, progress)
     data.refresh()
+    if brokers:
+        from dataflows.console_kafka import KafkaTail
+
+        settings.kafka.brokers = brokers_list(brokers)
+        KafkaTail(settings.kafka, data)
     bind_host, bind_port = host or settings.console.host, port or settings.console.port
     console.print(f"trainguard console on http://{bind_host}:{bind_port}/")
     uvicorn.run(

@@ -17,6 +17,7 @@ import msgspec
 
 from detectors.events import Action, Anomaly
 
+PROGRESS_BUCKETS = 360  # 10 s buckets: one hour of a job's timeline
 _ANOMALY_FIELDS = ("kind", "category", "layer", "transient", "confidence", "job_id", "nodes", "gpus", "evidence")
 
 
@@ -89,6 +90,21 @@ class ConsoleData:
                 self.anomalies[row["anomaly_id"]] = row
                 changed = True
         return changed
+
+    def add(self, anomalies: list[dict[str, Any]], progress: list[tuple[str, float]]) -> None:
+        """Anomalies and progress records from a live source (the Kafka topics)."""
+        with self._lock:
+            for row in anomalies:
+                self.anomalies[row["anomaly_id"]] = row  # at-least-once upstream: the id deduplicates
+            for job, ts in progress:
+                series = self.progress.setdefault(job, [])
+                bucket = float(ts // 10 * 10)
+                if series and series[-1][0] == bucket:
+                    series[-1][1] += 1.0
+                elif not series or bucket > series[-1][0]:
+                    series.append([bucket, 1.0])
+                    del series[:-PROGRESS_BUCKETS]  # keep the last hour
+            self.version += 1
 
     # ------------------------------------------------------------ views
 

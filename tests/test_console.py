@@ -222,3 +222,37 @@ def test_console_in_chromium_feed_updates_live_and_approval_is_audited(browser, 
     approved = [e for e in read_entries(audit) if e["event"] in ("approved", "applied") and e.get("user") == "alice"]
     assert [(e["event"], e["target"]) for e in approved] == [("approved", "gpu-node-10"), ("applied", "gpu-node-10")]
     assert driver.commands[0][:2] == ("drain_node", "gpu-node-10")
+
+
+def test_console_reads_anomalies_and_live_progress_from_kafka(tansu, tmp_path: Path):
+    from confluent_kafka import Producer
+
+    from dataflows.config import KafkaSettings
+    from dataflows.console_kafka import KafkaTail
+    from dataflows.kafka_io import create_topics
+
+    kafka = KafkaSettings(brokers=[tansu.address])
+    create_topics(kafka)
+    demo = replay(DEMO_DIR)
+    producer = Producer({"bootstrap.servers": tansu.address})
+    for a in demo.anomalies + demo.anomalies:  # at-least-once upstream: every anomaly twice
+        producer.produce("anomalies", msgspec.json.encode(a))
+    producer.flush(10)
+    data = ConsoleData(None)
+    tail = KafkaTail(kafka, data)
+    try:
+        time.sleep(1.0)  # the progress topic is read from its end: only what comes after the console starts
+        now = time.time()
+        for step in range(30):
+            record = {"ts": now + step, "job_id": "77", "node": "n1", "rank": 0, "step": step}
+            producer.produce("progress", msgspec.json.encode(record))
+        producer.produce("progress", b"{not json")
+        producer.flush(10)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (len(data.feed()) < len(demo.anomalies) or not data.progress.get("77")):
+            time.sleep(0.2)
+    finally:
+        tail.close()
+    assert {a["anomaly_id"] for a in data.feed()} == {a.anomaly_id for a in demo.anomalies}
+    assert len(data.feed()) == len(demo.anomalies)
+    assert sum(n for _, n in data.job("77")["progress"]) == 30

@@ -26,7 +26,6 @@ True
 
 from __future__ import annotations
 
-import fnmatch
 import time
 from collections.abc import Callable
 from typing import Any
@@ -35,15 +34,13 @@ import msgspec
 
 from actions.audit import AuditLog, read_entries
 from actions.breaker import CircuitBreaker
+from actions.checks import already_done, invalid_target, mode_for, shows_effect
 from actions.commands import Attempt, CommandFailed
-from actions.drivers import SAFE_JOB, SAFE_NODE, Inventory, SchedulerDriver, clean_reason
+from actions.drivers import Inventory, SchedulerDriver, clean_reason
 from actions.policy import Mode, PolicyConfig
 from detectors.events import Action, Anomaly
 
-NODE_ACTIONS = ("drain_node", "resume_node")
-JOB_ACTIONS = ("requeue_job", "hold_job", "release_job", "cancel_job")
 TERMINAL_EVENTS = ("recommended", "applied", "failed", "suppressed", "rejected")
-_FINISHED_JOB_STATES = ("CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
 
 
 class ApprovalError(ValueError):
@@ -99,7 +96,7 @@ class ActionExecutor:
             anomaly = msgspec.convert(entry["anomaly"], Anomaly)
             action = msgspec.convert(entry["action_record"], Action)
             try:
-                effective = self._already_effective(action, entry)
+                effective = self.driver is not None and shows_effect(action, entry, self.inventory(fresh=True))
             except CommandFailed:
                 continue  # the scheduler cannot say: the intent stays open (and blocks a rerun) until it can
             del self._open_intents[key]
@@ -108,25 +105,6 @@ class ActionExecutor:
             else:
                 out.append(self._run(anomaly, action, reconciled=True))
         return out
-
-    def _already_effective(self, action: Action, intent: dict[str, Any]) -> bool:
-        if self.driver is None:
-            return False
-        inv = self.inventory(fresh=True)
-        node = inv.nodes.get(action.target)
-        job = inv.jobs.get(action.target)
-        match action.action:
-            case "drain_node":
-                return node is not None and node.drained
-            case "resume_node":
-                return node is not None and not node.drained
-            case "requeue_job":
-                return job is not None and job.restarts > int(intent.get("restarts_before", -1))
-            case "hold_job":
-                return job is not None and job.held
-            case "cancel_job":
-                return job is None or job.state in _FINISHED_JOB_STATES
-        return False
 
     # ------------------------------------------------------------ the sink
 
@@ -144,7 +122,7 @@ class ActionExecutor:
         if action.status == "suppressed":
             return self._finish(anomaly, action, "suppressed", action.reason, ())
         if self.driver is None:
-            mode = self.mode_for(action, anomaly, None)
+            mode = mode_for(self.config, action, anomaly, None)
             if mode == "enforce":
                 return self._finish(
                     anomaly, action, "recommended", f"{action.reason}; no scheduler driver configured", (), mode
@@ -156,7 +134,7 @@ class ActionExecutor:
             return self._finish(
                 anomaly, action, "failed", f"cannot read the scheduler inventory: {exc}", exc.attempts, self.config.mode
             )
-        mode = self.mode_for(action, anomaly, inventory)
+        mode = mode_for(self.config, action, anomaly, inventory)
         if mode == "monitor":
             return self._finish(anomaly, action, "recommended", action.reason, (), mode)
         return self._run(anomaly, action, inventory=inventory)
@@ -182,26 +160,6 @@ class ActionExecutor:
         outcome = self._outcomes.get(action.action_id)
         if action.action_id in self._open_intents or outcome not in ("recommended", None):
             raise ApprovalError(f"action {action.action_id} is not pending (it is {outcome or 'in progress'})")
-
-    def mode_for(self, action: Action, anomaly: Anomaly, inventory: Inventory | None) -> Mode:
-        """The mode of the first scope that covers this action's node or job (else the cluster's)."""
-        partitions: set[str] = set()
-        names = {anomaly.job_id} if anomaly.job_id else set()
-        if inventory is not None:
-            node = inventory.nodes.get(action.target) if action.action in NODE_ACTIONS else None
-            if node is not None:
-                partitions.update(node.partitions)
-            job = inventory.jobs.get(anomaly.job_id or "")
-            if job is not None:
-                partitions.add(job.partition)
-                names.add(job.name)
-        for scope in self.config.scopes:
-            if scope.partition is not None and scope.partition not in partitions:
-                continue
-            if scope.job is not None and not any(fnmatch.fnmatchcase(n, scope.job) for n in names):
-                continue
-            return scope.mode
-        return self.config.mode
 
     # ------------------------------------------------------------ enforce
 
@@ -229,10 +187,10 @@ class ActionExecutor:
             return self._finish(
                 anomaly, action, "failed", f"cannot read the scheduler inventory: {exc}", exc.attempts, mode
             )
-        problem = self._invalid(action, inventory)
+        problem = invalid_target(action, inventory)
         if problem is not None:
             return self._finish(anomaly, action, "failed", problem, (), mode)
-        noop = self._noop(action, inventory)
+        noop = already_done(action, inventory)
         if noop is not None:
             return self._finish(anomaly, action, "applied", noop, (), mode, noop=True)
         if action.action == "drain_node":
@@ -281,37 +239,6 @@ class ActionExecutor:
             case "cancel_job":
                 return d.cancel_job(target)
         raise CommandFailed(f"unknown action {action.action!r}", ())
-
-    @staticmethod
-    def _invalid(action: Action, inventory: Inventory) -> str | None:
-        """Why this action's names may not reach a command (``None``: they may)."""
-        strict = inventory.complete
-        if action.action in NODE_ACTIONS:
-            if not SAFE_NODE.match(action.target) or (strict and action.target not in inventory.nodes):
-                return f"unknown node {action.target!r}: not in the scheduler's inventory"
-        elif action.action in JOB_ACTIONS:
-            if not SAFE_JOB.match(action.target) or (strict and action.target not in inventory.jobs):
-                return f"unknown job {action.target!r}: not in the scheduler's inventory"
-            for node in (n for n in action.params.get("exclude", "").split(",") if n):
-                if not SAFE_NODE.match(node) or (strict and node not in inventory.nodes):
-                    return f"unknown node {node!r} in the exclude list: not in the scheduler's inventory"
-        else:
-            return f"unknown action {action.action!r}"
-        return None
-
-    @staticmethod
-    def _noop(action: Action, inventory: Inventory) -> str | None:
-        node = inventory.nodes.get(action.target)
-        job = inventory.jobs.get(action.target)
-        if action.action == "drain_node" and node is not None and node.drained:
-            return f"node {action.target} is already drained ({node.reason or 'no reason'})"
-        if action.action == "resume_node" and node is not None and not node.drained:
-            return f"node {action.target} is not drained"
-        if action.action == "hold_job" and job is not None and job.held:
-            return f"job {action.target} is already held"
-        if action.action == "cancel_job" and job is not None and job.state in _FINISHED_JOB_STATES:
-            return f"job {action.target} has already ended ({job.state})"
-        return None
 
     # ------------------------------------------------------------ audit
 

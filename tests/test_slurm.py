@@ -199,7 +199,15 @@ def test_watch_slurm_reports_job_and_node_changes(slurm: SlurmCluster, tmp_path:
     watcher = SlurmWatcher(CommandRunner(timeout_s=10, attempts=1))
     first = watcher.poll()
     assert {r["node"] for _, r in first if r["kind"] == "node"} == set(slurm.nodes())
-    out = slurm.run("sbatch", "--parsable", "--nodes=2", "--nodelist=gpu-node-[01,03]", "--wrap", "srun sleep 1000")
+    out = slurm.run(
+        "sbatch",
+        "--parsable",
+        "--nodes=2",
+        "--nodelist=gpu-node-[01,03]",
+        f"--output={tmp_path}/job-%j.out",
+        "--wrap",
+        "srun sleep 1000",
+    )
     job = out.strip()
     slurm.wait_for(lambda: slurm.job(job)["job_state"] == "RUNNING", "job running")
     slurm.run("scontrol", "update", "nodename=gpu-node-04", "state=drain", "reason=bad PSU (ticket 42)")

@@ -2,8 +2,9 @@
 
 Requeueing a job and having it run again quickly takes three steps: ``scontrol
 requeue`` (the job goes COMPLETING → PENDING with a begin-time hold-off), then,
-once it is PENDING, ``scontrol update jobid=… excnodelist=… starttime=now`` so it
-starts at once and away from the suspect nodes.
+once it is PENDING and its old run is surely gone (``restart_delay_s``), ``scontrol
+update jobid=… excnodelist=… starttime=now`` so it starts away from the suspect nodes
+without waiting for Slurm's own requeue hold-off.
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ class SlurmDriver:
 
     name = "slurm"
 
-    def __init__(self, runner: CommandRunner | None = None, pending_wait_s: float = 30.0) -> None:
+    def __init__(
+        self, runner: CommandRunner | None = None, pending_wait_s: float = 30.0, restart_delay_s: float = 5.0
+    ) -> None:
         self.runner = runner or CommandRunner()
         self.pending_wait_s = pending_wait_s
+        self.restart_delay_s = restart_delay_s
 
     # ------------------------------------------------------------ reading
 
@@ -47,8 +51,14 @@ class SlurmDriver:
         return self.runner.run(["scontrol", "update", f"nodename={node}", "state=resume"]).attempts
 
     def requeue_job(self, job_id: str, exclude: list[str]) -> tuple[Attempt, ...]:
+        held = self.runner.run(["squeue", "--noheader", "--states=all", "--jobs", job_id, "--format=%N"]).stdout
         attempts = list(self.runner.run(["scontrol", "requeue", job_id]).attempts)
         attempts += self._wait_pending(job_id)
+        # Starting the job again before its old run is gone lets that run's dying srun
+        # ("forcing job termination", up to KillWait + 2 s later) kill the new one: wait
+        # until the old nodes stopped completing, then a little longer.
+        attempts += self._wait_released(held.strip())
+        time.sleep(self.restart_delay_s)
         update = ["scontrol", "update", f"jobid={job_id}", "starttime=now"]
         if exclude:
             update.insert(3, f"excnodelist={','.join(exclude)}")
@@ -68,6 +78,17 @@ class SlurmDriver:
 
     def cancel_job(self, job_id: str) -> tuple[Attempt, ...]:
         return self.runner.run(["scancel", job_id]).attempts
+
+    def _wait_released(self, hostlist: str) -> tuple[Attempt, ...]:
+        if not hostlist:
+            return ()
+        deadline = time.monotonic() + self.pending_wait_s
+        while time.monotonic() < deadline:
+            states = self.runner.run(["sinfo", "--noheader", "--Node", f"--nodes={hostlist}", "--format=%t"]).stdout
+            if "comp" not in states:
+                return ()
+            time.sleep(0.1)
+        raise CommandFailed(f"nodes {hostlist} were still completing {self.pending_wait_s:g} s after the requeue", ())
 
     def _wait_pending(self, job_id: str) -> tuple[Attempt, ...]:
         deadline = time.monotonic() + self.pending_wait_s

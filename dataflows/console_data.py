@@ -116,7 +116,7 @@ class ConsoleData:
     def pending(self) -> list[dict[str, Any]]:
         """Recommendations nobody has approved or rejected yet (monitor mode or an open breaker)."""
         with self._lock:
-            return [a for a in self.actions.values() if a.get("event") == "recommended" and a.get("action") != "notify"]
+            return [a for a in self.actions.values() if _pending(a)]
 
     def overview(self) -> dict[str, Any]:
         with self._lock:
@@ -136,9 +136,7 @@ class ConsoleData:
                 "jobs": sorted({a["job_id"] for a in self.anomalies.values() if a.get("job_id")} | set(self.progress)),
                 "drained_by_trainguard": drained,
                 "breaker": {"open": bool(breaker and breaker.get("open")), "reason": (breaker or {}).get("reason")},
-                "pending": sum(
-                    1 for a in self.actions.values() if a.get("event") == "recommended" and a.get("action") != "notify"
-                ),
+                "pending": sum(1 for a in self.actions.values() if _pending(a)),
             }
 
     def job(self, job_id: str) -> dict[str, Any]:
@@ -204,6 +202,11 @@ class ConsoleData:
             ),
             action,
         )
+
+
+def _pending(entry: dict[str, Any]) -> bool:
+    """A recommendation nobody has approved or rejected yet (a notification needs no decision)."""
+    return entry.get("event") == "recommended" and entry.get("action") != "notify"
 
 
 def _applied(entry: dict[str, Any]) -> bool:

@@ -48,6 +48,18 @@ def mark_progress() -> None:
     LAST_PROGRESS.set(_last_progress)
 
 
+def bucket_quantile(buckets: dict[float, float], q: float) -> float | None:
+    """The smallest histogram bound ``le`` whose cumulative count reaches ``q`` of the total.
+
+    >>> bucket_quantile({0.001: 90.0, 0.005: 99.0, float("inf"): 100.0}, 0.99)
+    0.005
+    """
+    total = buckets.get(float("inf"), 0.0)
+    if not total:
+        return None
+    return min(le for le, count in buckets.items() if count >= q * total)
+
+
 def count_by(metric: Counter, labels: Iterable[tuple[str, ...]]) -> None:
     """Increment ``metric`` once per distinct label tuple, by how often it occurs."""
     for label, n in Tally(labels).items():

@@ -87,14 +87,10 @@ def _rss_mib() -> float:
 
 
 def _p99(histogram: Any) -> float | None:
-    samples = {s.labels["le"]: s.value for s in histogram.collect()[0].samples if s.name.endswith("_bucket")}
-    total = samples.get("+Inf", 0.0)
-    if not total:
-        return None
-    for le, count in sorted(((float(k), v) for k, v in samples.items()), key=lambda kv: kv[0]):
-        if count >= 0.99 * total:
-            return le
-    return None
+    samples = histogram.collect()[0].samples
+    return metrics.bucket_quantile(
+        {float(s.labels["le"]): s.value for s in samples if s.name.endswith("_bucket")}, 0.99
+    )
 
 
 def main() -> None:

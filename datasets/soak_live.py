@@ -24,6 +24,7 @@ from pathlib import Path
 
 import msgspec
 
+from dataflows.metrics import bucket_quantile
 from datasets import generator
 from datasets.scenario import BASE_TS
 from detectors.events import parse_ts
@@ -48,12 +49,12 @@ def _scrape(port: int) -> dict[str, float]:
         elif line.startswith("trainguard_watermark_delay_seconds "):
             values["watermark_delay_s"] = float(line.rsplit(" ", 1)[1])
     buckets = {
-        float(m[1]) if m[1] != "+Inf" else float("inf"): float(m[2])
+        float(m[1]): float(m[2])  # float("+Inf") is inf
         for m in re.finditer(r'trainguard_step_seconds_bucket\{le="([^"]+)",step="detect"\} (\S+)', text)
     }
-    total = buckets.get(float("inf"), 0.0)
-    if total:
-        values["detect_p99_s"] = min(le for le, n in buckets.items() if n >= 0.99 * total)
+    p99 = bucket_quantile(buckets, 0.99)
+    if p99 is not None:
+        values["detect_p99_s"] = p99
     return values
 
 

@@ -68,7 +68,6 @@ class ActionExecutor:
         self._outcomes: dict[str, str] = {}  # action id -> its last terminal audit event
         self._open_intents: dict[str, dict[str, Any]] = {}
         self._inventory: tuple[float, Inventory] | None = None
-        self._acting_user: str | None = None  # the operator behind the action being carried out, if any
         if audit is not None:
             self._load(audit)
 
@@ -171,55 +170,48 @@ class ActionExecutor:
         reconciled: bool = False,
         user: str | None = None,
     ) -> Action:
-        self._acting_user = user
-        try:
-            return self._run_checked(anomaly, action, inventory, reconciled)
-        finally:
-            self._acting_user = None
+        """Carry out one action in enforce mode; ``user`` is the operator who approved it, if any."""
 
-    def _run_checked(self, anomaly: Anomaly, action: Action, inventory: Inventory | None, reconciled: bool) -> Action:
-        mode: Mode = "enforce"
+        def done(status: str, reason: str, attempts: tuple[Attempt, ...] = (), noop: bool = False) -> Action:
+            return self._finish(anomaly, action, status, reason, attempts, "enforce", noop=noop, user=user)
+
         if action.action == "notify":
-            return self._finish(anomaly, action, "applied", action.reason, (), mode)
+            return done("applied", action.reason)
         try:
             inventory = inventory or self.inventory()
         except CommandFailed as exc:
-            return self._finish(
-                anomaly, action, "failed", f"cannot read the scheduler inventory: {exc}", exc.attempts, mode
-            )
+            return done("failed", f"cannot read the scheduler inventory: {exc}", exc.attempts)
         problem = invalid_target(action, inventory)
         if problem is not None:
-            return self._finish(anomaly, action, "failed", problem, (), mode)
+            return done("failed", problem)
         noop = already_done(action, inventory)
         if noop is not None:
-            return self._finish(anomaly, action, "applied", noop, (), mode, noop=True)
+            return done("applied", noop, noop=True)
         if action.action == "drain_node":
             why = self.breaker.check(action.target, inventory, self.clock())
             if self.breaker.update(why):
                 self._audit({"event": "breaker", "open": why is not None, "reason": why, "recorded_at": self.clock()})
             if why is not None:
-                return self._finish(
-                    anomaly, action, "recommended", f"{action.reason}; circuit breaker open: {why}", (), mode
-                )
+                return done("recommended", f"{action.reason}; circuit breaker open: {why}")
         job = inventory.jobs.get(action.target)
-        intent = self._entry("intent", anomaly, action, mode, action.reason)
+        intent = self._entry("intent", anomaly, action, "enforce", action.reason)
         intent["anomaly"] = msgspec.structs.asdict(anomaly)
         intent["action_record"] = msgspec.structs.asdict(action)
         intent["restarts_before"] = job.restarts if job is not None else None
         intent["reconciled"] = reconciled
-        intent["user"] = self._acting_user
+        intent["user"] = user
         self._audit(intent)
         self._open_intents[action.action_id] = intent
         try:
             attempts = self._call(action)
         except CommandFailed as exc:
             self._open_intents.pop(action.action_id, None)
-            return self._finish(anomaly, action, "failed", f"{action.reason}; {exc}", exc.attempts, mode)
+            return done("failed", f"{action.reason}; {exc}", exc.attempts)
         self._open_intents.pop(action.action_id, None)
         self._inventory = None  # the scheduler's state just changed
         if action.action == "drain_node":
             self.breaker.record_drain(self.clock())
-        return self._finish(anomaly, action, "applied", action.reason, attempts, mode)
+        return done("applied", action.reason, attempts)
 
     def _call(self, action: Action) -> tuple[Attempt, ...]:
         assert self.driver is not None
@@ -264,7 +256,7 @@ class ActionExecutor:
         entry = self._entry(status, anomaly, done, done.mode, reason)
         entry["attempts"] = [a.as_dict() for a in attempts]
         entry["noop"] = noop
-        entry["user"] = user or self._acting_user
+        entry["user"] = user
         self._audit(entry)
         self._outcomes[action.action_id] = status
         return done

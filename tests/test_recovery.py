@@ -81,7 +81,8 @@ def test_kill_9_then_resume_loses_no_anomaly_and_repeats_no_action(tansu: Broker
     assert {a["anomaly_id"] for a in topic} == want, (kills, err)
     report = score(load_labels(scenario / "labels.jsonl"), list({a["anomaly_id"]: a for a in topic}.values()))
     assert report["missed"] == [] and report["false_positives"] == []
-    assert 0 < min(published_at_kill) < len(want), published_at_kill  # the kills did land mid-stream
+    # The kills did land mid-stream: at least one after some anomalies were out and before all were.
+    assert any(0 < n < len(want) for n in published_at_kill), published_at_kill
 
     # 2. The archive is readable after the kills and, deduplicated by id, holds each anomaly once.
     archive = pl.scan_parquet(tmp_path / "out" / "anomalies" / "**" / "*.parquet", hive_partitioning=True).collect()

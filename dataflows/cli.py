@@ -19,6 +19,7 @@ from dataflows.cli_audit import register as register_audit_command
 from dataflows.cli_common import (
     BrokersOpt,
     ConfigOpt,
+    ProcessesOpt,
     WorkersOpt,
     brokers_list,
     console,
@@ -32,7 +33,7 @@ from dataflows.cli_scenarios import register as register_scenario_commands
 from dataflows.config import ConfigError
 from dataflows.logimport import LogImportError, import_logs
 from dataflows.publisher import RecordPublisher
-from dataflows.replay import ReplayError, ReplaySource, count_records
+from dataflows.replay import ReplayError, ReplaySource, ShardedReplaySource, count_records
 from detectors.events import Action, Anomaly, DeadLetter
 
 app = typer.Typer(
@@ -132,25 +133,42 @@ def _run(flow: Any, workers: int, recovery: Path | None = None, snapshot_s: floa
 
 
 def _replay(
-    directory: Path, out: Path | None, speed: float | None, config: Path | None, workers: int, quiet: bool
+    directory: Path,
+    out: Path | None,
+    speed: float | None,
+    config: Path | None,
+    workers: int,
+    quiet: bool,
+    processes: int = 1,
 ) -> RunReport:
     from dataflows.flow import build_flow
 
     settings = settings_from(config)
+    if processes > 1 and workers > 1:
+        raise fail("use --processes or --workers, not both: a worker process runs one worker.")
     try:
-        source = ReplaySource(directory, speed=speed)
+        source = ReplaySource(directory, speed=speed) if processes == 1 else ShardedReplaySource(directory, speed)
         total = count_records(directory)
     except ReplayError as exc:
         raise fail(str(exc)) from None
     report = RunReport(echo=not quiet)
-    columns = (TextColumn("replay"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True, disable=quiet) as progress:
-        task = progress.add_task("replay", total=total)
-        source.on_progress = lambda n: progress.advance(task, n)
-        flow = build_flow(source, settings, report.outputs(out))
-        started = time.perf_counter()
-        _run(flow, workers)
-        elapsed = time.perf_counter() - started
+    started = time.perf_counter()
+    if isinstance(source, ShardedReplaySource):
+        from dataflows.processes import WorkerProcessError, run_processes
+
+        if not quiet:
+            console.print(f"replaying {total} records on {processes} worker processes …")
+        try:
+            run_processes(lambda outputs: build_flow(source, settings, outputs), processes, report.outputs(out))
+        except WorkerProcessError as exc:
+            raise fail(f"{exc}.") from None
+    else:
+        columns = (TextColumn("replay"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=console, transient=True, disable=quiet) as progress:
+            task = progress.add_task("replay", total=total)
+            source.on_progress = lambda n: progress.advance(task, n)
+            _run(build_flow(source, settings, report.outputs(out)), workers)
+    elapsed = time.perf_counter() - started
     if not quiet:
         console.print(f"replayed {total} records in {elapsed:.2f}s ({total / max(elapsed, 1e-9):,.0f} records/s)")
     return report
@@ -169,10 +187,11 @@ def replay(
     ] = None,
     config: ConfigOpt = None,
     workers: WorkersOpt = 1,
+    processes: ProcessesOpt = 1,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary.")] = False,
 ) -> None:
     """Replay recorded topics through the dataflow and summarise what was found."""
-    report = _replay(directory, out, speed, config, workers, quiet)
+    report = _replay(directory, out, speed, config, workers, quiet, processes)
     report.print_summary(out)
 
 

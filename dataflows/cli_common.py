@@ -19,6 +19,16 @@ ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", envvar="TRAINGUARD_CONFIG", help="YAML settings file.")
 ]
 WorkersOpt = Annotated[int, typer.Option("--workers", "-w", min=1, max=64, help="Bytewax worker threads.")]
+ProcessesOpt = Annotated[
+    int,
+    typer.Option(
+        "--processes",
+        "-p",
+        min=1,
+        max=64,
+        help="Worker processes, each replaying its own shard of the jobs (uses that many cores).",
+    ),
+]
 BrokersOpt = Annotated[
     str, typer.Option(envvar="TRAINGUARD_BROKERS", help="Comma-separated Kafka bootstrap servers, host:port.")
 ]

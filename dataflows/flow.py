@@ -36,7 +36,9 @@ from dataflows import metrics
 from dataflows.action_step import ActionLogic, PolicyLogic, make_executor
 from dataflows.archive import ParquetArchiveSink
 from dataflows.config import Settings, load_settings
+from dataflows.placement import key_on_worker
 from dataflows.records import RawRecord, Routed
+from dataflows.replay import ShardedReplaySource
 from detectors.events import TOPICS, Action, Anomaly, DeadLetter, Event, GpuSample, LogRecord, NodeEvent, Tick, decode
 from detectors.history import HistoryAttributor
 from detectors.monitor import JobMonitor, NodeMonitor
@@ -61,7 +63,14 @@ class RouterLogic(StatefulBatchLogic[Routed | DeadLetter, tuple[str, Any], bytes
         if dead:
             out = dead + out
         self._observe(started, wall)
-        return out, StatefulBatchLogic.RETAIN
+        return self._placed(out), StatefulBatchLogic.RETAIN
+
+    def _placed(self, out: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+        """A shard's keys, renamed so Bytewax keeps them on this shard's worker (see ``placement``)."""
+        shard, shards = self.router.shard, self.router.shards
+        if shards == 1:
+            return out
+        return [kv if kv[0] == DEAD else (key_on_worker(kv[0], shard, shards), kv[1]) for kv in out]
 
     def _observe(self, started: float, wall: float | None) -> None:
         metrics.STEP_SECONDS.labels("route").observe(time.perf_counter() - started)
@@ -74,11 +83,11 @@ class RouterLogic(StatefulBatchLogic[Routed | DeadLetter, tuple[str, Any], bytes
         started, wall = time.perf_counter(), time.time()
         out = self.router.idle(wall)
         self._observe(started, wall)
-        return out, StatefulBatchLogic.RETAIN
+        return self._placed(out), StatefulBatchLogic.RETAIN
 
     def on_eof(self) -> tuple[list[tuple[str, Any]], bool]:
         # A finite input has ended: everything has arrived. (Live sources never end.)
-        return self.router.finish(), StatefulBatchLogic.RETAIN
+        return self._placed(self.router.finish()), StatefulBatchLogic.RETAIN
 
     def notify_at(self) -> datetime | None:
         return datetime.now(UTC) + timedelta(seconds=0.5) if self.live else None
@@ -208,7 +217,8 @@ def _decode_batch(batch: list[RawRecord | Routed | DeadLetter]) -> list[tuple[st
 
 def _sharder(shards: int) -> Callable[[list[tuple[str, Routed | DeadLetter]]], list[tuple[str, Any]]]:
     """Send each decoded record to the router shard that owns its job, or to every shard (see ``routing``)."""
-    keys = [f"router-{i}" for i in range(shards)]
+    # Shard i's key lives on worker i when there are as many workers as shards.
+    keys = [key_on_worker("router", i, shards) for i in range(shards)]
 
     def shard(batch: list[tuple[str, Routed | DeadLetter]]) -> list[tuple[str, Any]]:
         # Heartbeats first: each shard learns its index, and how far every stream got.
@@ -261,11 +271,14 @@ def build_flow(
     raw = op.input("input", flow, source)
     if record_mapper is not None:
         raw = op.map("to_records", raw, record_mapper)
-    # Decoded events and dead letters alike go to the one router (keyed "router"), which
-    # passes the dead letters through: one fewer per-item step on the hot path.
-    keyed = op.flat_map_batch("decode", raw, _decode_batch)
-    if router_settings.shards > 1:
-        keyed = op.flat_map_batch("shard", keyed, _sharder(router_settings.shards))
+    if isinstance(source, ShardedReplaySource):
+        keyed = raw  # each worker's share, decoded and keyed for its own router shard
+    else:
+        # Decoded events and dead letters alike go to the one router (keyed "router"), which
+        # passes the dead letters through: one fewer per-item step on the hot path.
+        keyed = op.flat_map_batch("decode", raw, _decode_batch)
+        if router_settings.shards > 1:
+            keyed = op.flat_map_batch("shard", keyed, _sharder(router_settings.shards))
     router_out = op.stateful_batch(
         "route",
         keyed,

@@ -10,20 +10,25 @@ will dead-letter it), so one bad timestamp cannot reorder a whole file.
 
 from __future__ import annotations
 
-import heapq
+import bisect
+import itertools
+import math
 import re
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pyarrow.parquet as pq
-from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
+from bytewax.inputs import DynamicSource, FixedPartitionedSource, StatefulSourcePartition, StatelessSourcePartition
 
+from dataflows.placement import key_on_worker
 from dataflows.records import RawRecord, Routed
-from detectors.events import TOPICS, DeadLetter, decode, parse_ts
+from detectors.events import TOPICS, DeadLetter, GpuSample, JobEvent, NodeEvent, decode, parse_ts
+from detectors.routing import Heartbeat, JobPlacement, shard_of
 
 REPLAY_CLOCK = "replay/0"
 # A timestamp this far from the previous one in the same file is treated as an
@@ -113,68 +118,125 @@ def _parquet_payloads(path: Path) -> Iterator[bytes]:
             yield encode({k: (v.timestamp() if isinstance(v, datetime) else v) for k, v in row.items()})
 
 
-def _topic_stream(topic: str, files: list[Path], decoded: bool) -> Iterator[tuple[float, int, int, Any, bytes]]:
-    """``(sort_key, topic index, offset, item, payload)`` with non-decreasing sort keys.
+_CHUNK = 4096  # records per read-ahead chunk of one topic
+_ORDER = itemgetter(0, 1, 2)  # (sort key, topic index, offset): unique, so items are never compared
+_KEY = itemgetter(0)
+
+
+def _topic_chunks(topic: str, files: list[Path], decoded: bool) -> Iterator[list[tuple[float, int, int, Any, bytes]]]:
+    """Lists of ``(sort_key, topic index, offset, item, payload)``; sort keys never decrease.
 
     With ``decoded`` the item is the decoded event (or its dead letter) — decoded once,
     here, since its timestamp is needed for ordering anyway; otherwise ``None``.
     """
     order = TOPICS.index(topic)
-    key = None
+    key: float | None = None
     offset = 0
+    chunk: list[tuple[float, int, int, Any, bytes]] = []
     for path in files:
         payloads = _parquet_payloads(path) if path.suffix == ".parquet" else _jsonl_payloads(path)
         for payload in payloads:
             item: Any = None
             if decoded:
                 item = decode(topic, payload, 0, offset)
-                ts = item.ts if not isinstance(item, DeadLetter) else _sort_ts(payload)
+                ts = item.ts if type(item) is not DeadLetter else _sort_ts(payload)
             else:
                 ts = _sort_ts(payload)
-            if ts is not None and (key is None or abs(ts - key) <= _MAX_JUMP_S):
-                key = ts if key is None else max(key, ts)
-            yield (key if key is not None else 0.0, order, offset, item, payload)
+            if ts is not None and (key is None or key < ts <= key + _MAX_JUMP_S):
+                key = ts
+            chunk.append((0.0 if key is None else key, order, offset, item, payload))
             offset += 1
+            if len(chunk) == _CHUNK:
+                yield chunk
+                chunk = []
+    if chunk:
+        yield chunk
+
+
+def _merge(
+    streams: list[Iterator[list[tuple[float, int, int, Any, bytes]]]],
+) -> Iterator[tuple[float, int, int, Any, bytes]]:
+    """The streams' records in ``(sort key, topic, offset)`` order, like ``heapq.merge``.
+
+    It merges a window at a time: every buffered record below the smallest last key
+    of the streams that may hold more is safe to hand out, and one C-level sort
+    orders them — far cheaper per record than a heap in Python.
+    """
+    n = len(streams)
+    bufs: list[list[tuple[float, int, int, Any, bytes]]] = [[] for _ in streams]
+    done = [False] * n
+
+    def read_on(i: int) -> None:
+        more = next(streams[i], None)
+        if more is None:
+            done[i] = True
+        else:
+            bufs[i] += more
+
+    while True:
+        for i in range(n):
+            if not bufs[i] and not done[i]:
+                read_on(i)
+        if not any(bufs):
+            return
+        bounds = [bufs[i][-1][0] for i in range(n) if not done[i]]
+        limit = min(bounds) if bounds else math.inf
+        window: list[tuple[float, int, int, Any, bytes]] = []
+        for i, buf in enumerate(bufs):
+            cut = bisect.bisect_left(buf, limit, key=_KEY)
+            if cut:
+                window += buf[:cut]
+                bufs[i] = buf[cut:]
+        if window:
+            window.sort(key=_ORDER)
+            yield from window
+            continue
+        for i in range(n):  # everything buffered sits at the bound: read on where the bound comes from
+            if not done[i] and bufs[i][-1][0] == limit:
+                read_on(i)
 
 
 def merged_records(directory: Path) -> Iterator[tuple[float, RawRecord]]:
     """Every record of the replay directory, in event-time order."""
-    streams = [_topic_stream(t, fs, decoded=False) for t, fs in topic_files(directory).items()]
-    for key, order, offset, _item, payload in heapq.merge(*streams):
+    streams = [_topic_chunks(t, fs, decoded=False) for t, fs in topic_files(directory).items()]
+    for key, order, offset, _item, payload in _merge(streams):
         yield key, RawRecord(TOPICS[order], 0, offset, payload, REPLAY_CLOCK)
 
 
 def merged_events(directory: Path) -> Iterator[tuple[float, Routed | DeadLetter]]:
     """Every record decoded, in event-time order: ``(clock, order, event, payload)`` or a dead letter."""
-    streams = [_topic_stream(t, fs, decoded=True) for t, fs in topic_files(directory).items()]
-    for key, order, offset, item, payload in heapq.merge(*streams):
-        yield key, item if isinstance(item, DeadLetter) else (REPLAY_CLOCK, (order, 0, offset), item, payload)
+    streams = [_topic_chunks(t, fs, decoded=True) for t, fs in topic_files(directory).items()]
+    for key, order, offset, item, payload in _merge(streams):
+        yield key, item if type(item) is DeadLetter else (REPLAY_CLOCK, (order, 0, offset), item, payload)
 
 
-class _ReplayPartition(StatefulSourcePartition[Routed | DeadLetter, int]):
+class _Paced:
+    """Batches of a time-ordered record stream, as fast as possible or paced to ``speed`` × event time."""
+
     def __init__(
         self,
-        directory: Path,
+        records: Iterator[tuple[float, Routed | DeadLetter]],
         speed: float | None,
         batch_size: int,
-        resume: int | None,
-        on_progress: Callable[[int], None] | None = None,
+        on_progress: Callable[[int], None] | None,
     ) -> None:
-        self._on_progress = on_progress
-        self._records = merged_events(directory)
-        self._emitted = 0
-        for _ in range(resume or 0):  # recovery: skip what was already emitted
-            next(self._records, None)
-            self._emitted += 1
+        self._records = records
         self._speed = speed
         self._batch_size = batch_size
+        self._on_progress = on_progress
         self._pending: tuple[float, Routed | DeadLetter] | None = None
         self._origin: tuple[float, float] | None = None  # (first event ts, wall start)
-        self._awake: datetime | None = None
+        self.awake: datetime | None = None
+        self.newest = float("-inf")  # sort key of the last record handed out
+
+    def skip(self, n: int) -> int:
+        """Drop the next ``n`` records (already processed before a restart); how many there were."""
+        return sum(1 for _ in itertools.islice(self._records, n))
 
     def next_batch(self) -> list[Routed | DeadLetter]:
+        """The next batch; raises ``StopIteration`` once the records are exhausted."""
         batch: list[Routed | DeadLetter] = []
-        self._awake = None
+        self.awake = None
         while len(batch) < self._batch_size:
             item = self._pending or next(self._records, None)
             self._pending = None
@@ -186,10 +248,10 @@ class _ReplayPartition(StatefulSourcePartition[Routed | DeadLetter, int]):
                 due = self._due(item[0])
                 if due > time.time():
                     self._pending = item
-                    self._awake = datetime.fromtimestamp(due, UTC)
+                    self.awake = datetime.fromtimestamp(due, UTC)
                     break
+            self.newest = item[0]
             batch.append(item[1])
-        self._emitted += len(batch)
         if self._on_progress is not None and batch:
             self._on_progress(len(batch))
         return batch
@@ -201,8 +263,19 @@ class _ReplayPartition(StatefulSourcePartition[Routed | DeadLetter, int]):
         assert self._speed is not None
         return wall_start + (key - first_ts) / self._speed
 
+
+class _ReplayPartition(StatefulSourcePartition[Routed | DeadLetter, int]):
+    def __init__(self, paced: _Paced, resume: int | None) -> None:
+        self._paced = paced
+        self._emitted = paced.skip(resume or 0)  # recovery: skip what was already emitted
+
+    def next_batch(self) -> list[Routed | DeadLetter]:
+        batch = self._paced.next_batch()
+        self._emitted += len(batch)
+        return batch
+
     def next_awake(self) -> datetime | None:
-        return self._awake
+        return self._paced.awake
 
     def snapshot(self) -> int:
         return self._emitted
@@ -228,4 +301,90 @@ class ReplaySource(FixedPartitionedSource[Routed | DeadLetter, int]):
         return ["replay"]
 
     def build_part(self, step_id: str, for_part: str, resume_state: int | None) -> _ReplayPartition:
-        return _ReplayPartition(self.directory, self.speed, self.batch_size, resume_state, self.on_progress)
+        paced = _Paced(merged_events(self.directory), self.speed, self.batch_size, self.on_progress)
+        return _ReplayPartition(paced, resume_state)
+
+
+def shard_events(directory: Path, shard: int, shards: int) -> Iterator[tuple[float, Routed | DeadLetter | None]]:
+    """:func:`merged_events` for one shard of ``shards``: ``None`` stands for a record another shard keeps.
+
+    A record goes to the shard whose router will key it (:meth:`JobPlacement.owner`);
+    scheduler records go to every shard, a dead letter to shard 0. Node records are
+    placed with the scheduler records read so far, which is the order the router
+    releases them in, since a replay is merged by time (a scheduler record out of
+    order in its file could place a few samples by the old map; the router counts
+    any it then refuses in ``misrouted``).
+    """
+    placement = JobPlacement()
+    owners: dict[str, int] = {}  # shard_of, remembered: a few thousand jobs and nodes, ~10⁵ records each
+    node_job = placement.node_job
+    for key, item in merged_events(directory):
+        if type(item) is not tuple:
+            yield key, (item if shard == 0 else None)
+            continue
+        event = item[2]
+        cls = type(event)
+        if cls is JobEvent:
+            placement.apply(event)  # type: ignore[arg-type]
+            yield key, item
+            continue
+        if cls is NodeEvent:
+            yield key, item
+            continue
+        job = event.job_id if cls is not GpuSample else None  # type: ignore[union-attr]
+        if job is None:  # keyed by the job on its node, or by the node when idle
+            node: str = event.node  # type: ignore[union-attr]
+            job = node_job.get(node) or node
+        owner = owners.get(job)
+        if owner is None:
+            owner = owners[job] = shard_of(job, shards)
+        yield key, (item if owner == shard else None)
+
+
+class _ShardPartition(StatelessSourcePartition[tuple[str, Routed | DeadLetter]]):
+    """One worker's share of a replay, keyed for its own router, with a heartbeat per batch."""
+
+    def __init__(self, paced: _Paced, shard: int, shards: int) -> None:
+        self._paced = paced
+        self._shard, self._shards = shard, shards
+        self._key = key_on_worker("router", shard, shards)
+
+    def next_batch(self) -> list[tuple[str, Routed | DeadLetter]]:
+        batch = self._paced.next_batch()
+        key = self._key
+        out: list[tuple[str, Routed | DeadLetter]] = [(key, item) for item in batch if item is not None]
+        if batch:
+            # How far the whole stream got, including the records other shards kept,
+            # so every shard's clock moves as one router's would.
+            heartbeat = Heartbeat(self._paced.newest, self._shard, self._shards, nodes_broadcast=False)
+            out.append((key, (REPLAY_CLOCK, (9, 0, 0), heartbeat, None)))  # type: ignore[arg-type]
+        return out
+
+    def next_awake(self) -> datetime | None:
+        return self._paced.awake
+
+
+class ShardedReplaySource(DynamicSource[tuple[str, Routed | DeadLetter]]):
+    """A replay split over every worker of a multi-process run: worker ``i`` keeps router shard ``i``.
+
+    Each worker reads the whole replay but decodes only the records it keeps
+    (:func:`shard_events`): its jobs' records, the GPU samples and node lines of
+    the nodes those jobs run on (or of its share of idle nodes), and every
+    scheduler record. It emits them already keyed for its own router, with a key
+    Bytewax places on this very worker (:mod:`dataflows.placement`), so nothing
+    crosses between processes until anomalies do. A worker's share keeps no
+    offsets, so it does not resume: use it for replays, and the Kafka source with
+    ``--recovery`` in production.
+    """
+
+    def __init__(self, directory: str | Path, speed: float | None = None, batch_size: int = 2000) -> None:
+        if speed is not None and speed <= 0:
+            raise ReplayError(f"--speed must be a positive number, got {speed}.")
+        self.directory = Path(directory)
+        topic_files(self.directory)
+        self.speed = speed
+        self.batch_size = batch_size
+
+    def build(self, step_id: str, worker_index: int, worker_count: int) -> _ShardPartition:
+        records = shard_events(self.directory, worker_index, worker_count)
+        return _ShardPartition(_Paced(records, self.speed, self.batch_size, None), worker_index, worker_count)

@@ -1,18 +1,19 @@
-"""Replay throughput benchmark: ``python -m datasets.bench [--jobs 16] [--minutes 30] [--workers 1]``.
+"""Replay throughput benchmark: ``python -m datasets.bench [--preset default] [--run 1 p1 p2] [--repeat 5]``.
 
-Generates a synthetic cluster mix (Megatron log lines, per-rank progress, GPU
-samples, scheduler events, with a crash, a hang and a straggler per job family),
-writes it as a replay directory, and replays it through the real dataflow with
-no outputs but in-process counters. Prints events/s for the decode step alone
-and for the whole flow, and peak RSS.
+Generates a workload — a synthetic mix (Megatron log lines, per-rank progress,
+GPU samples, scheduler events, with a crash, a hang and a straggler per job
+family) or a generator preset — writes it as a replay directory, and replays it
+through the real dataflow once per configuration per repeat, the configurations
+taking turns so that each meets the machine in the same moods. Prints the
+replay reader's own rate, events/s per configuration (median, start-up
+included) with its speed-up over the first, and the anomalies each found (the
+same count for all, or something is wrong).
 """
 
 from __future__ import annotations
 
 import argparse
 import resource
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -51,96 +52,92 @@ def synthetic_mix(jobs: int, minutes: float, seed: int = 1) -> Scenario:
     return sc
 
 
-def _settings(shards: int):
-    from dataflows.config import Settings
-
-    settings = Settings()
-    settings.router.shards = shards
-    return settings
-
-
-def bench_flow(directory: str, shards: int):
-    """The benchmark's flow for ``python -m bytewax.testing`` (multi-process runs)."""
-    from dataflows.flow import Outputs, build_flow
-    from dataflows.replay import ReplaySource
-
-    return build_flow(ReplaySource(Path(directory)), _settings(shards), Outputs())
+def _config(text: str) -> tuple[str, int]:
+    """``1`` (one in-process worker), ``t2`` (two worker threads), ``p2`` (two worker processes)."""
+    kind = text[0] if text[0] in "tp" else "t"
+    try:
+        n = int(text.lstrip("tp"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: use N, tN (threads) or pN (processes)") from None
+    return kind, n
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="trainguard replay throughput benchmark")
     parser.add_argument("--jobs", type=int, default=16)
     parser.add_argument("--minutes", type=float, default=30.0)
-    parser.add_argument("--workers", type=int, default=1, help="Bytewax worker threads in this process")
     parser.add_argument(
-        "--processes", type=int, default=0, help="instead: this many worker processes (python -m bytewax.testing -p)"
+        "--run",
+        type=_config,
+        nargs="+",
+        default=[("t", 1)],
+        help="configurations, run in turn each repeat so they share the machine's good and bad moments: "
+        "1 (one worker), tN (N worker threads), pN (N worker processes, each reading its shard)",
     )
-    parser.add_argument("--shards", type=int, default=0, help="router shards (default: one per worker or process)")
-    parser.add_argument("--repeat", type=int, default=5, help="runs of the flow; the median and the best are printed")
+    parser.add_argument("--preset", help="replay a generated scenario preset (e.g. default) instead of the mix")
+    parser.add_argument("--seed", type=int, default=11, help="the preset's seed")
+    parser.add_argument("--repeat", type=int, default=5, help="runs of each configuration; the median is printed")
     args = parser.parse_args()
 
+    from dataflows.config import Settings
     from dataflows.flow import Outputs, build_flow
-    from dataflows.replay import ReplaySource, count_records, merged_records
-    from detectors.events import decode
-
-    counts = {"anomalies": 0, "actions": 0, "dead": 0}
-
-    def counter(name: str):
-        def add(items: list) -> None:
-            counts[name] += len(items)
-
-        return add
+    from dataflows.processes import run_processes
+    from dataflows.replay import ReplaySource, ShardedReplaySource, count_records, merged_events
 
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        synthetic_mix(args.jobs, args.minutes).write(directory)
+        if args.preset:
+            from datasets.generator import write_scenario
+
+            write_scenario(args.preset, args.seed, directory)
+            workload = f"`{args.preset}` preset, seed {args.seed}"
+        else:
+            synthetic_mix(args.jobs, args.minutes).write(directory)
+            workload = f"synthetic mix, {args.jobs} jobs × {args.minutes:g} min"
         (directory / "labels.jsonl").unlink()
         total = count_records(directory)
 
-        records = [rec for _, rec in merged_records(directory)]
         started = time.perf_counter()
-        for rec in records:
-            decode(rec.topic, rec.payload)
-        decode_rate = len(records) / (time.perf_counter() - started)
-        del records
+        sum(1 for _ in merged_events(directory))
+        read_rate = total / (time.perf_counter() - started)
 
-        timings = []
+        timings: dict[tuple[str, int], list[float]] = {c: [] for c in args.run}
+        found: dict[tuple[str, int], set[int]] = {c: set() for c in args.run}
         for _ in range(args.repeat):
-            counts.update(anomalies=0, actions=0, dead=0)
-            outputs = Outputs(
-                on_anomalies=counter("anomalies"), on_actions=counter("actions"), on_dead_letters=counter("dead")
-            )
-            shards = args.shards or max(args.workers, args.processes, 1)
-            flow = build_flow(ReplaySource(directory), _settings(shards), outputs)
-            started = time.perf_counter()
-            if args.processes:
-                spec = f"datasets.bench:bench_flow({str(directory)!r}, {shards})"
-                subprocess.run(
-                    [sys.executable, "-m", "bytewax.testing", spec, "-p", str(args.processes), "-w", "1"], check=True
-                )
-            elif args.workers == 1:
-                run_main(flow)
-            else:
-                from bytewax._bytewax import cli_main
+            for kind, n in args.run:
+                anomalies: list = []
+                outputs = Outputs(on_anomalies=anomalies.extend)
+                started = time.perf_counter()
+                if kind == "p":
+                    run_processes(lambda o: build_flow(ShardedReplaySource(directory), Settings(), o), n, outputs)
+                else:
+                    settings = Settings()
+                    settings.router.shards = n
+                    flow = build_flow(ReplaySource(directory), settings, outputs)
+                    if n == 1:
+                        run_main(flow)
+                    else:
+                        from bytewax._bytewax import cli_main
 
-                cli_main(flow, workers_per_process=args.workers)
-            timings.append(time.perf_counter() - started)
+                        cli_main(flow, workers_per_process=n)
+                timings[(kind, n)].append(time.perf_counter() - started)
+                found[(kind, n)].add(len(anomalies))
 
-    timings.sort()
-    median = timings[len(timings) // 2]
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"workload              {workload}")
     print(f"events                {total:>12,}")
-    print(f"decode only           {decode_rate:>12,.0f} events/s (msgspec, one core)")
-    print(
-        f"full flow, median     {total / median:>12,.0f} events/s "
-        f"({args.processes or args.workers} {'process' if args.processes else 'worker thread'}(s), "
-        f"{args.shards or max(args.workers, args.processes, 1)} router shard(s), {median:.2f}s: "
-        "replay read, decode, route, detect, policy)"
-    )
-    print(f"full flow, best       {total / timings[0]:>12,.0f} events/s (of {len(timings)} runs)")
-    print(f"anomalies             {counts['anomalies']:>12,}")
-    print(f"dead letters          {counts['dead']:>12,}")
-    print(f"peak RSS              {rss_mib:>12,.0f} MiB")
+    print(f"replay read + decode  {read_rate:>12,.0f} events/s (one core)")
+    baseline = None
+    for (kind, n), runs in timings.items():
+        median = sorted(runs)[len(runs) // 2]
+        rate = total / median
+        baseline = baseline or rate
+        label = "1 worker" if n == 1 and kind == "t" else f"{n} worker {'process' if kind == 'p' else 'thread'}{'es' if kind == 'p' and n > 1 else 's' if n > 1 else ''}"
+        print(
+            f"{label:<21} {rate:>12,.0f} events/s median of {len(runs)} ({median:.2f}s incl. start-up), "
+            f"×{rate / baseline:.2f}; anomalies {sorted(found[(kind, n)])}"
+        )
+    print(f"peak RSS (this process) {rss_mib:>10,.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ The 105 s tick comes before the 106 s sample it does not cover. Node keys get
 every ``node_tick_every``-th tick only: they have no short deadlines.
 
 **Shards.** To spread the work over many workers, ``shards`` routers each own the
-jobs whose id hashes to them (:func:`shard_of`) and shard 0 owns the idle nodes.
+jobs whose id hashes to them (:func:`shard_of`) and the idle nodes whose name does.
 Records that carry a job go to their owner only; records that carry just a node
 (GPU samples, kernel lines, node states) and the scheduler's job records go to
 every shard, because each one needs the whole job ↔ node map to decide whether a
@@ -48,11 +48,16 @@ DEAD = "!dead"  # key of dead-letter items in the router's output
 
 
 class Heartbeat(msgspec.Struct, frozen=True, gc=False):
-    """An input stream reached ``ts``; tells shard ``shard`` of ``shards`` (which learns its place from it)."""
+    """An input stream reached ``ts``; tells shard ``shard`` of ``shards`` (which learns its place from it).
+
+    ``nodes_broadcast``: node records (GPU samples, node-only log lines) reach every
+    shard, which keeps its own; otherwise the sender gave each to its owner only.
+    """
 
     ts: float
     shard: int
     shards: int
+    nodes_broadcast: bool = True
 
 
 def shard_of(job_id: str, shards: int) -> int:
@@ -69,6 +74,36 @@ def is_broadcast(event: Event) -> bool:
     return isinstance(event, GpuSample | NodeEvent | JobEvent) or (
         isinstance(event, LogRecord) and event.job_id is None
     )
+
+
+class JobPlacement:
+    """Which job runs on which node, as of the last scheduler job record applied.
+
+    >>> placement = JobPlacement()
+    >>> placement.apply(JobEvent(ts=1.0, job_id="7", state="RUNNING", nodes=["n1", "n2"]))
+    >>> placement.node_job["n2"]
+    '7'
+    >>> placement.apply(JobEvent(ts=9.0, job_id="7", state="COMPLETED"))
+    >>> placement.node_job
+    {}
+    """
+
+    def __init__(self) -> None:
+        self.node_job: dict[str, str] = {}
+        self.job_nodes: dict[str, list[str]] = {}
+
+    def apply(self, event: JobEvent) -> None:
+        job = str(event.job_id)
+        if event.state.upper() in RUNNING_STATES:
+            if event.nodes:
+                self.job_nodes[job] = list(event.nodes)
+                for node in event.nodes:
+                    self.node_job[node] = job
+            return
+        # Any other state: the job no longer occupies its nodes.
+        for node in self.job_nodes.pop(job, []):
+            if self.node_job.get(node) == job:
+                del self.node_job[node]
 
 
 class RouterSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -95,8 +130,8 @@ class Router:
         # clock cannot know how far time has moved.
         for partition in partitions or []:
             self.clock.expect(partition, wall)
-        self.node_job: dict[str, str] = {}
-        self.job_nodes: dict[str, list[str]] = {}
+        self.placement = JobPlacement()
+        self.node_job = self.placement.node_job  # the same dict, read on every node record
         self.active: dict[str, float] = {}  # key -> last event ts
         self.ended: dict[str, float] = {}  # job key -> end ts
         # Reorder buffer: events wait here until the watermark passes them, so
@@ -104,6 +139,8 @@ class Router:
         self._buffer: list[tuple[float, tuple[int, int, int], int, Event]] = []
         self._seq = 0
         self.shard, self.shards = 0, 1  # set by the first Heartbeat when the flow is sharded
+        self.nodes_broadcast = True
+        self.misrouted = 0
 
     def route(
         self,
@@ -136,8 +173,15 @@ class Router:
         for partition, order, event, payload in batch:
             ts: float = event.ts  # type: ignore[assignment]
             if type(event) is Heartbeat:
-                self.shard, self.shards = event.shard, event.shards
-                if ts >= clock.current - max_late:
+                self.shard, self.shards, self.nodes_broadcast = event.shard, event.shards, event.nodes_broadcast
+                # Within the bounds an event must keep: a heartbeat carrying another
+                # shard's far-off record must not drag this clock along.
+                newest = clock.max_ts
+                if (
+                    ts >= clock.current - max_late
+                    and ts <= wall_limit
+                    and (newest == -math.inf or ts <= newest + max_future)
+                ):
                     observe(partition, ts, wall)
                 continue
             # Fast path: inside every bound (the common case) needs no message.
@@ -147,7 +191,7 @@ class Router:
                 push(buffer, (ts, order, self._seq, event))
                 continue
             reason = self._refuse(ts, wall)
-            if reason is not None and self.shard and is_broadcast(event):
+            if reason is not None and self.shard and self._sent_to_all(event):
                 continue  # every shard refuses it: shard 0 reports it
             if reason is not None:
                 raw = payload if payload is not None else msgspec.json.encode(event)
@@ -205,26 +249,19 @@ class Router:
         return f"job/{event.job_id}"
 
     def _owns(self, key: str) -> bool:
-        if key.startswith("job/"):
-            return shard_of(key[4:], self.shards) == self.shard
-        return self.shard == 0
+        # "job/<id>" or "node/<name>": idle nodes are spread too (their GPU samples are most of the stream).
+        return shard_of(key[4:] if key[0] == "j" else key[5:], self.shards) == self.shard
+
+    def _sent_to_all(self, event: Event) -> bool:
+        return isinstance(event, JobEvent | NodeEvent) or (self.nodes_broadcast and is_broadcast(event))
 
     def _job_state(self, job: str, event: JobEvent) -> None:
-        key = f"job/{job}"
+        self.placement.apply(event)
         state = event.state.upper()
         if state in RUNNING_STATES:
-            self.ended.pop(key, None)
-            if event.nodes:
-                self.job_nodes[job] = list(event.nodes)
-                for node in event.nodes:
-                    self.node_job[node] = job
-            return
-        # Any other state: the job no longer occupies its nodes.
-        for node in self.job_nodes.pop(job, []):
-            if self.node_job.get(node) == job:
-                del self.node_job[node]
-        if state not in ("PENDING", "REQUEUED", "SUSPENDED"):
-            self.ended[key] = event.ts  # type: ignore[assignment]
+            self.ended.pop(f"job/{job}", None)
+        elif state not in ("PENDING", "REQUEUED", "SUSPENDED"):
+            self.ended[f"job/{job}"] = event.ts  # type: ignore[assignment]
 
     def _release(self, watermark: float) -> list[tuple[str, Any]]:
         """Events up to the watermark in timestamp order, each tick right after the events it covers."""
@@ -243,6 +280,8 @@ class Router:
                 next_point = upto
             key = self._key(event)
             if self.shards > 1 and not self._owns(key):
+                if not self._sent_to_all(event):
+                    self.misrouted += 1  # sent here alone, yet another shard's: the sender's placement disagreed
                 continue  # another shard's job (or node): it routes this event
             if ts > active.get(key, -math.inf):
                 active[key] = ts

@@ -32,6 +32,18 @@ def test_replay_with_config_env_and_quiet(tmp_path: Path, monkeypatch):
     assert "5 anomalies" in result.output
 
 
+def test_replay_on_worker_processes_finds_what_one_worker_finds(tmp_path: Path):
+    from tests.conftest import DEMO_DIR
+
+    one = runner.invoke(app, ["replay", str(DEMO_DIR), "--quiet"])
+    two = runner.invoke(app, ["replay", str(DEMO_DIR), "--quiet", "--processes", "2", "--out", str(tmp_path)])
+    assert two.exit_code == 0, two.output
+    assert "5 anomalies" in one.output and "5 anomalies" in two.output
+    assert pl.read_parquet(tmp_path / "anomalies").height == 5  # the archive, written by a worker process
+    both = runner.invoke(app, ["replay", str(DEMO_DIR), "-p", "2", "-w", "2"])
+    assert _one_sentence_error(both).startswith("error: use --processes or --workers")
+
+
 def _one_sentence_error(result) -> str:
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
+import bytewax.operators as op
 import pytest
 from bytewax._bytewax import cli_main
+from bytewax.dataflow import Dataflow
+from bytewax.inputs import DynamicSource, StatelessSourcePartition
+from bytewax.operators import StatefulBatchLogic
 
 from dataflows.config import Settings
 from dataflows.flow import Outputs, build_flow
-from dataflows.replay import ReplaySource
+from dataflows.placement import key_on_worker, worker_of
+from dataflows.processes import WorkerProcessError, run_processes
+from dataflows.replay import ReplaySource, ShardedReplaySource, merged_events, shard_events
 from datasets import generator
-from detectors.events import Anomaly, GpuSample, JobEvent, ProgressRecord
+from detectors.events import Anomaly, DeadLetter, GpuSample, JobEvent, NodeEvent, ProgressRecord
 from detectors.routing import DEAD, Heartbeat, Router, RouterSettings, shard_of
 from tests.conftest import DEMO_DIR, replay
 
@@ -81,5 +88,98 @@ def test_each_shard_keeps_its_own_jobs_and_only_shard_0_reports_refusals():
     for shard in (0, 1):
         mine = {f"job/{j}" for j, owner in owners.items() if owner == shard}
         assert {k for k in keys[shard] if k.startswith("job/")} == mine
-    assert "node/idle-node" in keys[0] and "node/idle-node" not in keys[1]
+    idle_owner = shard_of("idle-node", 2)
+    assert "node/idle-node" in keys[idle_owner] and "node/idle-node" not in keys[1 - idle_owner]
     assert DEAD in keys[0] and DEAD not in keys[1]
+
+
+# ---------------------------------------------------------------- one shard per worker process
+
+
+class _Probe(StatelessSourcePartition):
+    """Worker 0 sends every key once; each worker says which thread it is."""
+
+    def __init__(self, worker: int, keys: list[str], threads: dict[str, int]) -> None:
+        self.worker, self.keys, self.threads, self.done = worker, keys, threads, False
+
+    def next_batch(self) -> list[tuple[str, str]]:
+        if self.done:
+            raise StopIteration
+        self.done = True
+        self.threads[f"worker {self.worker}"] = threading.get_ident()
+        return [(k, k) for k in self.keys] if self.worker == 0 else []
+
+
+class _Remember(StatefulBatchLogic):
+    def __init__(self, threads: dict[str, int]) -> None:
+        self.threads = threads
+
+    def on_batch(self, values: list[str]) -> tuple[list[str], bool]:
+        self.threads[values[0]] = threading.get_ident()
+        return [], StatefulBatchLogic.DISCARD
+
+    def snapshot(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_bytewax_gives_each_key_to_the_worker_placement_predicts(workers: int):
+    keys = [f"job/{j}" for j in range(40)] + [key_on_worker("router", w, workers) for w in range(workers)]
+    threads: dict[str, int] = {}
+
+    class Source(DynamicSource):
+        def build(self, step_id: str, worker_index: int, worker_count: int) -> _Probe:
+            return _Probe(worker_index, keys, threads)
+
+    flow = Dataflow("placement")
+    kept = op.stateful_batch("keep", op.input("in", flow, Source()), lambda _: _Remember(threads))
+    op.inspect("sink", kept, lambda *_: None)
+    cli_main(flow, workers_per_process=workers)
+    worker_of_thread = {threads[f"worker {w}"]: w for w in range(workers)}
+    placed = {key: worker_of_thread[threads[key]] for key in keys}
+    assert placed == {key: worker_of(key, workers) for key in keys}
+    assert {placed[key_on_worker("router", w, workers)] for w in range(workers)} == set(range(workers))
+    assert len(set(placed.values())) == workers  # the job keys really are spread
+
+
+@pytest.mark.parametrize("shards", [2, 3])
+def test_each_record_of_a_replay_is_kept_by_the_shard_that_routes_it(shards: int, scenario: Path):
+    everything = list(merged_events(scenario))
+    kept = [[item for _, item in shard_events(scenario, shard, shards)] for shard in range(shards)]
+    assert all(len(k) == len(everything) for k in kept)  # one position per record, kept or not
+    for position, (_, item) in enumerate(everything):
+        holders = [shard for shard in range(shards) if kept[shard][position] is not None]
+        if isinstance(item, DeadLetter):
+            assert holders == [0]
+        elif isinstance(item[2], JobEvent | NodeEvent):
+            assert holders == list(range(shards))
+        else:
+            assert len(holders) == 1, item
+    # and each router keeps all it was given: nothing refused as another shard's
+    for shard in range(shards):
+        router = Router(RouterSettings(shards=shards))
+        items = [item for item in kept[shard] if item is not None and type(item) is tuple]
+        router.route_batch([("replay/0", (9, 0, 0), Heartbeat(items[0][2].ts, shard, shards, False), None), *items])
+        router.finish()
+        assert router.misrouted == 0
+
+
+def test_worker_processes_each_with_their_shard_match_one_worker(scenario: Path):
+    one = replay(scenario)
+    anomalies: list[Anomaly] = []
+    actions: list = []
+    dead: list = []
+    outputs = Outputs(on_anomalies=anomalies.extend, on_actions=actions.extend, on_dead_letters=dead.extend)
+    run_processes(lambda o: build_flow(ShardedReplaySource(scenario), Settings(), o), 2, outputs, timeout_s=300)
+    assert len(one.anomalies) > 10
+    assert summary(anomalies) == summary(one.anomalies)
+    assert sorted(a.action_id for a in actions) == sorted(a.action_id for a in one.actions)
+    assert len(dead) == len(one.dead)
+
+
+def test_a_worker_process_that_fails_fails_the_run_with_its_reason():
+    def broken(outputs: Outputs) -> Dataflow:
+        raise RuntimeError("no flow today")
+
+    with pytest.raises(WorkerProcessError, match=r"worker process \d failed: RuntimeError: no flow today"):
+        run_processes(broken, 2, Outputs(), timeout_s=60)

@@ -1,0 +1,156 @@
+"""Run a dataflow on several local worker processes and gather its outputs in this one.
+
+Python detectors hold the GIL, so Bytewax worker *threads* share one core; worker
+*processes* do not. :func:`run_processes` forks ``processes`` children that form
+one Bytewax cluster over loopback (free ports, chosen here), each building the
+flow itself. Whatever the flow hands its callbacks in a child comes back through
+a queue and is passed to the caller's callbacks, so a multi-process replay
+reports exactly like a single-process one. Sinks that write (the Parquet archive,
+Kafka, the audit log) run in the child that owns them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import multiprocessing as mp
+import queue
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bytewax.dataflow import Dataflow
+
+from dataflows.flow import Outputs
+
+_DONE = "done"
+
+
+class WorkerProcessError(RuntimeError):
+    """A worker process failed; the message says which and how."""
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` loopback ports free right now (the OS picks them)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _listening(port: int) -> bool | None:
+    """Whether something listens on loopback ``port`` (Linux's socket table; ``None`` elsewhere)."""
+    try:
+        table = Path("/proc/net/tcp").read_text()
+    except OSError:
+        return None
+    # Columns: sl, local_address (hex ip:hex port), rem_address, st (0A = LISTEN), ...
+    return any(
+        fields[1].endswith(f":{port:04X}") and fields[3] == "0A" for fields in map(str.split, table.splitlines()[1:])
+    )
+
+
+def _wait_listening(port: int, child: Any, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and child.is_alive():
+        listening = _listening(port)
+        if listening is None:
+            return  # cannot tell here: the workers' own retries will do
+        if listening:
+            return
+        time.sleep(0.005)
+
+
+def _forwarder(channel: Any, name: str) -> Callable[[list[Any]], None]:
+    def forward(items: list[Any]) -> None:
+        channel.put((name, items))
+
+    return forward
+
+
+def _child(
+    build: Callable[[Outputs], Dataflow], outputs: Outputs, index: int, addresses: list[str], channel: Any
+) -> None:
+    from bytewax._bytewax import cli_main
+
+    try:
+        child_outputs = dataclasses.replace(
+            outputs,
+            on_anomalies=_forwarder(channel, "anomalies") if outputs.on_anomalies else None,
+            on_actions=_forwarder(channel, "actions") if outputs.on_actions else None,
+            on_dead_letters=_forwarder(channel, "dead_letters") if outputs.on_dead_letters else None,
+        )
+        cli_main(build(child_outputs), process_id=index, addresses=addresses, workers_per_process=1)
+    except BaseException as exc:  # reported to the parent, which raises
+        channel.put((_DONE, f"worker process {index} failed: {type(exc).__name__}: {exc}"))
+        raise SystemExit(1) from None
+    channel.put((_DONE, None))
+
+
+def run_processes(
+    build: Callable[[Outputs], Dataflow], processes: int, outputs: Outputs, timeout_s: float | None = None
+) -> None:
+    """Run ``build(outputs)`` on ``processes`` local worker processes; return when all have finished.
+
+    ``build`` is called in each child (after ``fork``) with outputs whose callbacks
+    forward to this process. Raises :class:`WorkerProcessError` if any child fails,
+    or if they have not all finished after ``timeout_s``.
+    """
+    deadline = math.inf if timeout_s is None else time.monotonic() + timeout_s
+    context = mp.get_context("fork")  # the children inherit `build` and its closures as they are
+    channel = context.Queue()
+    ports = free_ports(processes)
+    addresses = [f"127.0.0.1:{port}" for port in ports]
+    children = [
+        context.Process(target=_child, args=(build, outputs, i, addresses, channel), name=f"trainguard-worker-{i}")
+        for i in range(processes)
+    ]
+    for i, child in enumerate(children):
+        child.start()
+        # Worker i dials workers 0..i-1 and, finding one not yet listening, sleeps a
+        # whole second before it tries again: start each once the one before listens
+        # (the last has no one to wait for it).
+        if i < processes - 1:
+            _wait_listening(ports[i], child)
+    handlers = {
+        "anomalies": outputs.on_anomalies,
+        "actions": outputs.on_actions,
+        "dead_letters": outputs.on_dead_letters,
+    }
+    failures: list[str] = []
+    finished = 0
+    try:
+        while finished < processes:
+            if time.monotonic() > deadline:
+                failures.append(f"the worker processes did not finish within {timeout_s:g}s")
+                break
+            try:
+                name, payload = channel.get(timeout=1.0)
+            except queue.Empty:
+                dead = [c for c in children if c.exitcode not in (None, 0)]
+                if dead:  # killed before it could say so
+                    failures += [f"worker process {c.name} exited with status {c.exitcode}" for c in dead]
+                    break
+                continue
+            if name == _DONE:
+                finished += 1
+                if payload is not None:
+                    failures.append(payload)
+                    break  # the others cannot finish without it
+                continue
+            handler = handlers[name]
+            if handler is not None:
+                handler(payload)
+    finally:
+        for child in children:
+            if failures:
+                child.terminate()
+            child.join()
+    if failures:
+        raise WorkerProcessError(failures[0])

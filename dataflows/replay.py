@@ -155,8 +155,8 @@ def _topic_chunks(topic: str, files: list[Path], decoded: bool) -> Iterator[list
 
 def _merge(
     streams: list[Iterator[list[tuple[float, int, int, Any, bytes]]]],
-) -> Iterator[tuple[float, int, int, Any, bytes]]:
-    """The streams' records in ``(sort key, topic, offset)`` order, like ``heapq.merge``.
+) -> Iterator[list[tuple[float, int, int, Any, bytes]]]:
+    """The streams' records in ``(sort key, topic, offset)`` order, like ``heapq.merge``, a window at a time.
 
     It merges a window at a time: every buffered record below the smallest last key
     of the streams that may hold more is safe to hand out, and one C-level sort
@@ -189,7 +189,7 @@ def _merge(
                 bufs[i] = buf[cut:]
         if window:
             window.sort(key=_ORDER)
-            yield from window
+            yield window
             continue
         for i in range(n):  # everything buffered sits at the bound: read on where the bound comes from
             if not done[i] and bufs[i][-1][0] == limit:
@@ -199,15 +199,18 @@ def _merge(
 def merged_records(directory: Path) -> Iterator[tuple[float, RawRecord]]:
     """Every record of the replay directory, in event-time order."""
     streams = [_topic_chunks(t, fs, decoded=False) for t, fs in topic_files(directory).items()]
-    for key, order, offset, _item, payload in _merge(streams):
-        yield key, RawRecord(TOPICS[order], 0, offset, payload, REPLAY_CLOCK)
+    for window in _merge(streams):
+        for key, order, offset, _item, payload in window:
+            yield key, RawRecord(TOPICS[order], 0, offset, payload, REPLAY_CLOCK)
 
 
 def merged_events(directory: Path) -> Iterator[tuple[float, Routed | DeadLetter]]:
     """Every record decoded, in event-time order: ``(clock, order, event, payload)`` or a dead letter."""
-    streams = [_topic_chunks(t, fs, decoded=True) for t, fs in topic_files(directory).items()]
-    for key, order, offset, item, payload in _merge(streams):
-        yield key, item if type(item) is DeadLetter else (REPLAY_CLOCK, (order, 0, offset), item, payload)
+    for window in _merge([_topic_chunks(t, fs, decoded=True) for t, fs in topic_files(directory).items()]):
+        yield from [
+            (key, item if type(item) is DeadLetter else (REPLAY_CLOCK, (order, 0, offset), item, payload))
+            for key, order, offset, item, payload in window
+        ]
 
 
 class _Paced:
@@ -235,6 +238,19 @@ class _Paced:
 
     def next_batch(self) -> list[Routed | DeadLetter]:
         """The next batch; raises ``StopIteration`` once the records are exhausted."""
+        if self._speed is None and self._pending is None:
+            chunk = list(itertools.islice(self._records, self._batch_size))  # no Python loop per record
+            if not chunk:
+                raise StopIteration
+            self.newest = chunk[-1][0]
+            batch = [item for _, item in chunk]
+        else:
+            batch = self._paced_batch()
+        if self._on_progress is not None and batch:
+            self._on_progress(len(batch))
+        return batch
+
+    def _paced_batch(self) -> list[Routed | DeadLetter]:
         batch: list[Routed | DeadLetter] = []
         self.awake = None
         while len(batch) < self._batch_size:
@@ -252,8 +268,6 @@ class _Paced:
                     break
             self.newest = item[0]
             batch.append(item[1])
-        if self._on_progress is not None and batch:
-            self._on_progress(len(batch))
         return batch
 
     def _due(self, key: float) -> float:
@@ -306,7 +320,9 @@ class ReplaySource(FixedPartitionedSource[Routed | DeadLetter, int]):
 
 
 def shard_events(directory: Path, shard: int, shards: int) -> Iterator[tuple[float, Routed | DeadLetter | None]]:
-    """:func:`merged_events` for one shard of ``shards``: ``None`` stands for a record another shard keeps.
+    """The records of :func:`merged_events` that shard ``shard`` of ``shards`` keeps.
+
+    ``(key, None)`` now and then says how far the whole stream got past the last kept record.
 
     A record goes to the shard whose router will key it (:meth:`JobPlacement.owner`);
     scheduler records go to every shard, a dead letter to shard 0. Node records are
@@ -318,27 +334,29 @@ def shard_events(directory: Path, shard: int, shards: int) -> Iterator[tuple[flo
     placement = JobPlacement()
     owners: dict[str, int] = {}  # shard_of, remembered: a few thousand jobs and nodes, ~10⁵ records each
     node_job = placement.node_job
-    for key, item in merged_events(directory):
-        if type(item) is not tuple:
-            yield key, (item if shard == 0 else None)
-            continue
-        event = item[2]
-        cls = type(event)
-        if cls is JobEvent:
-            placement.apply(event)  # type: ignore[arg-type]
-            yield key, item
-            continue
-        if cls is NodeEvent:
-            yield key, item
-            continue
-        job = event.job_id if cls is not GpuSample else None  # type: ignore[union-attr]
-        if job is None:  # keyed by the job on its node, or by the node when idle
-            node: str = event.node  # type: ignore[union-attr]
-            job = node_job.get(node) or node
-        owner = owners.get(job)
-        if owner is None:
-            owner = owners[job] = shard_of(job, shards)
-        yield key, (item if owner == shard else None)
+    for window in _merge([_topic_chunks(t, fs, decoded=True) for t, fs in topic_files(directory).items()]):
+        kept: list[tuple[float, Routed | DeadLetter | None]] = []
+        for key, order, offset, event, payload in window:
+            cls = type(event)
+            if cls is DeadLetter:
+                if shard == 0:
+                    kept.append((key, event))
+                continue
+            if cls is JobEvent:
+                placement.apply(event)
+            elif cls is not NodeEvent:
+                job = event.job_id if cls is not GpuSample else None
+                if job is None:  # keyed by the job on its node, or by the node when idle
+                    job = node_job.get(event.node) or event.node
+                owner = owners.get(job)
+                if owner is None:
+                    owner = owners[job] = shard_of(job, shards)
+                if owner != shard:
+                    continue
+            kept.append((key, (REPLAY_CLOCK, (order, 0, offset), event, payload)))
+        if not kept or kept[-1][0] != window[-1][0]:
+            kept.append((window[-1][0], None))  # how far the stream got
+        yield from kept
 
 
 class _ShardPartition(StatelessSourcePartition[tuple[str, Routed | DeadLetter]]):

@@ -52,6 +52,27 @@ def synthetic_mix(jobs: int, minutes: float, seed: int = 1) -> Scenario:
     return sc
 
 
+def _spin(_: object = None) -> float:
+    """A fixed pure-Python loop (dict updates, no I/O); its wall time."""
+    started = time.perf_counter()
+    counts: dict[int, int] = {}
+    for i in range(3_000_000):
+        counts[i & 1023] = counts.get(i & 1023, 0) + i
+    return time.perf_counter() - started
+
+
+def machine_ceiling(processes: int) -> float:
+    """How much more pure-Python work ``processes`` processes do at once than one alone: the best any flow can do."""
+    import multiprocessing as mp
+
+    alone = _spin()
+    with mp.get_context("fork").Pool(processes) as pool:
+        started = time.perf_counter()
+        pool.map(_spin, range(processes))
+        together = time.perf_counter() - started
+    return processes * alone / together
+
+
 def _config(text: str) -> tuple[str, int]:
     """``1`` (one in-process worker), ``t2`` (two worker threads), ``p2`` (two worker processes)."""
     kind = text[0] if text[0] in "tp" else "t"
@@ -102,6 +123,8 @@ def main() -> None:
         read_rate = total / (time.perf_counter() - started)
 
         timings: dict[tuple[str, int], list[float]] = {c: [] for c in args.run}
+        most = max((n for kind, n in args.run if kind == "p"), default=1)
+        ceilings: list[float] = []
         found: dict[tuple[str, int], set[int]] = {c: set() for c in args.run}
         for _ in range(args.repeat):
             for kind, n in args.run:
@@ -122,6 +145,8 @@ def main() -> None:
                         cli_main(flow, workers_per_process=n)
                 timings[(kind, n)].append(time.perf_counter() - started)
                 found[(kind, n)].add(len(anomalies))
+            if most > 1:
+                ceilings.append(machine_ceiling(most))
 
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"workload              {workload}")
@@ -132,11 +157,16 @@ def main() -> None:
         median = sorted(runs)[len(runs) // 2]
         rate = total / median
         baseline = baseline or rate
-        label = "1 worker" if n == 1 and kind == "t" else f"{n} worker {'process' if kind == 'p' else 'thread'}{'es' if kind == 'p' and n > 1 else 's' if n > 1 else ''}"
+        noun = {"p": "process", "t": "thread"}[kind] if n > 1 or kind == "p" else ""
+        plural = ("es" if kind == "p" else "s") if n > 1 else ""
+        label = f"{n} worker {noun}{plural}".rstrip()
         print(
             f"{label:<21} {rate:>12,.0f} events/s median of {len(runs)} ({median:.2f}s incl. start-up), "
             f"×{rate / baseline:.2f}; anomalies {sorted(found[(kind, n)])}"
         )
+    if ceilings:
+        ceiling = sorted(ceilings)[len(ceilings) // 2]
+        print(f"machine ceiling       ×{ceiling:.2f} for {most} processes of pure Python at once (median, same turns)")
     print(f"peak RSS (this process) {rss_mib:>10,.0f} MiB")
 
 

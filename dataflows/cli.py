@@ -33,7 +33,8 @@ from dataflows.cli_scenarios import register as register_scenario_commands
 from dataflows.config import ConfigError
 from dataflows.logimport import LogImportError, import_logs
 from dataflows.publisher import RecordPublisher
-from dataflows.replay import ReplayError, ReplaySource, ShardedReplaySource, count_records
+from dataflows.replay import ReplayError, ReplaySource, count_records
+from dataflows.replay_shards import ShardedReplaySource
 from detectors.events import Action, Anomaly, DeadLetter
 
 app = typer.Typer(

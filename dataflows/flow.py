@@ -38,7 +38,7 @@ from dataflows.archive import ParquetArchiveSink
 from dataflows.config import Settings, load_settings
 from dataflows.placement import key_on_worker
 from dataflows.records import RawRecord, Routed
-from dataflows.replay import ShardedReplaySource
+from dataflows.replay_shards import ShardedReplaySource
 from detectors.events import TOPICS, Action, Anomaly, DeadLetter, Event, GpuSample, LogRecord, NodeEvent, Tick, decode
 from detectors.history import HistoryAttributor
 from detectors.monitor import JobMonitor, NodeMonitor
@@ -221,25 +221,26 @@ def _sharder(shards: int) -> Callable[[list[tuple[str, Routed | DeadLetter]]], l
     keys = [key_on_worker("router", i, shards) for i in range(shards)]
 
     def shard(batch: list[tuple[str, Routed | DeadLetter]]) -> list[tuple[str, Any]]:
-        # Heartbeats first: each shard learns its index, and how far every stream got.
+        out: list[tuple[str, Any]] = []
         progress: dict[str, float] = {}
-        for _, rec in batch:
-            if type(rec) is tuple and rec[2].ts > progress.get(rec[0], -math.inf):  # type: ignore[operator]
-                progress[rec[0]] = rec[2].ts  # type: ignore[assignment]
-        out: list[tuple[str, Any]] = [
-            (keys[i], (clock, (9, 0, 0), Heartbeat(ts, i, shards), None))
-            for clock, ts in progress.items()
-            for i in range(shards)
-        ]
         for _, rec in batch:
             if type(rec) is not tuple:
                 out.append((keys[0], rec))  # a dead letter: reported once
                 continue
             event = rec[2]  # type: ignore[index]
+            if event.ts > progress.get(rec[0], -math.inf):  # type: ignore[operator]
+                progress[rec[0]] = event.ts  # type: ignore[assignment]
             if is_broadcast(event):
                 out.extend((key, rec) for key in keys)
             else:
                 out.append((keys[shard_of(str(event.job_id), shards)], rec))
+        # Heartbeats last: each shard learns its index, and how far every stream got — after
+        # the records they cover, so a batch split in transit never moves a clock past them.
+        out.extend(
+            (keys[i], (clock, (9, 0, 0), Heartbeat(ts, i, shards), None))
+            for clock, ts in progress.items()
+            for i in range(shards)
+        )
         return out
 
     return shard
@@ -271,6 +272,7 @@ def build_flow(
     raw = op.input("input", flow, source)
     if record_mapper is not None:
         raw = op.map("to_records", raw, record_mapper)
+    sharded = isinstance(source, ShardedReplaySource) or router_settings.shards > 1
     if isinstance(source, ShardedReplaySource):
         keyed = raw  # each worker's share, decoded and keyed for its own router shard
     else:
@@ -283,7 +285,9 @@ def build_flow(
         "route",
         keyed,
         lambda state: RouterLogic(  # type: ignore[arg-type]
-            pickle.loads(state) if state else Router(router_settings, clock_partitions, time.time() if live else None),
+            pickle.loads(state)
+            if state
+            else Router(router_settings, clock_partitions, time.time() if live else None, sharded),
             live,
         ),
     )

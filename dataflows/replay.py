@@ -23,12 +23,10 @@ from typing import Any
 
 import msgspec
 import pyarrow.parquet as pq
-from bytewax.inputs import DynamicSource, FixedPartitionedSource, StatefulSourcePartition, StatelessSourcePartition
+from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 
-from dataflows.placement import key_on_worker
 from dataflows.records import RawRecord, Routed
-from detectors.events import TOPICS, DeadLetter, GpuSample, JobEvent, NodeEvent, decode, parse_ts
-from detectors.routing import Heartbeat, JobPlacement, shard_of
+from detectors.events import TOPICS, DeadLetter, decode, parse_ts
 
 REPLAY_CLOCK = "replay/0"
 # A timestamp this far from the previous one in the same file is treated as an
@@ -317,92 +315,3 @@ class ReplaySource(FixedPartitionedSource[Routed | DeadLetter, int]):
     def build_part(self, step_id: str, for_part: str, resume_state: int | None) -> _ReplayPartition:
         paced = _Paced(merged_events(self.directory), self.speed, self.batch_size, self.on_progress)
         return _ReplayPartition(paced, resume_state)
-
-
-def shard_events(directory: Path, shard: int, shards: int) -> Iterator[tuple[float, Routed | DeadLetter | None]]:
-    """The records of :func:`merged_events` that shard ``shard`` of ``shards`` keeps.
-
-    ``(key, None)`` now and then says how far the whole stream got past the last kept record.
-
-    A record goes to the shard whose router will key it (:meth:`JobPlacement.owner`);
-    scheduler records go to every shard, a dead letter to shard 0. Node records are
-    placed with the scheduler records read so far, which is the order the router
-    releases them in, since a replay is merged by time (a scheduler record out of
-    order in its file could place a few samples by the old map; the router counts
-    any it then refuses in ``misrouted``).
-    """
-    placement = JobPlacement()
-    owners: dict[str, int] = {}  # shard_of, remembered: a few thousand jobs and nodes, ~10⁵ records each
-    node_job = placement.node_job
-    for window in _merge([_topic_chunks(t, fs, decoded=True) for t, fs in topic_files(directory).items()]):
-        kept: list[tuple[float, Routed | DeadLetter | None]] = []
-        for key, order, offset, event, payload in window:
-            cls = type(event)
-            if cls is DeadLetter:
-                if shard == 0:
-                    kept.append((key, event))
-                continue
-            if cls is JobEvent:
-                placement.apply(event)
-            elif cls is not NodeEvent:
-                job = event.job_id if cls is not GpuSample else None
-                if job is None:  # keyed by the job on its node, or by the node when idle
-                    job = node_job.get(event.node) or event.node
-                owner = owners.get(job)
-                if owner is None:
-                    owner = owners[job] = shard_of(job, shards)
-                if owner != shard:
-                    continue
-            kept.append((key, (REPLAY_CLOCK, (order, 0, offset), event, payload)))
-        if not kept or kept[-1][0] != window[-1][0]:
-            kept.append((window[-1][0], None))  # how far the stream got
-        yield from kept
-
-
-class _ShardPartition(StatelessSourcePartition[tuple[str, Routed | DeadLetter]]):
-    """One worker's share of a replay, keyed for its own router, with a heartbeat per batch."""
-
-    def __init__(self, paced: _Paced, shard: int, shards: int) -> None:
-        self._paced = paced
-        self._shard, self._shards = shard, shards
-        self._key = key_on_worker("router", shard, shards)
-
-    def next_batch(self) -> list[tuple[str, Routed | DeadLetter]]:
-        batch = self._paced.next_batch()
-        key = self._key
-        out: list[tuple[str, Routed | DeadLetter]] = [(key, item) for item in batch if item is not None]
-        if batch:
-            # How far the whole stream got, including the records other shards kept,
-            # so every shard's clock moves as one router's would.
-            heartbeat = Heartbeat(self._paced.newest, self._shard, self._shards, nodes_broadcast=False)
-            out.append((key, (REPLAY_CLOCK, (9, 0, 0), heartbeat, None)))  # type: ignore[arg-type]
-        return out
-
-    def next_awake(self) -> datetime | None:
-        return self._paced.awake
-
-
-class ShardedReplaySource(DynamicSource[tuple[str, Routed | DeadLetter]]):
-    """A replay split over every worker of a multi-process run: worker ``i`` keeps router shard ``i``.
-
-    Each worker reads the whole replay but decodes only the records it keeps
-    (:func:`shard_events`): its jobs' records, the GPU samples and node lines of
-    the nodes those jobs run on (or of its share of idle nodes), and every
-    scheduler record. It emits them already keyed for its own router, with a key
-    Bytewax places on this very worker (:mod:`dataflows.placement`), so nothing
-    crosses between processes until anomalies do. A worker's share keeps no
-    offsets, so it does not resume: use it for replays, and the Kafka source with
-    ``--recovery`` in production.
-    """
-
-    def __init__(self, directory: str | Path, speed: float | None = None, batch_size: int = 2000) -> None:
-        if speed is not None and speed <= 0:
-            raise ReplayError(f"--speed must be a positive number, got {speed}.")
-        self.directory = Path(directory)
-        topic_files(self.directory)
-        self.speed = speed
-        self.batch_size = batch_size
-
-    def build(self, step_id: str, worker_index: int, worker_count: int) -> _ShardPartition:
-        records = shard_events(self.directory, worker_index, worker_count)
-        return _ShardPartition(_Paced(records, self.speed, self.batch_size, None), worker_index, worker_count)

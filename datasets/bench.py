@@ -103,7 +103,8 @@ def main() -> None:
     from dataflows.config import Settings
     from dataflows.flow import Outputs, build_flow
     from dataflows.processes import run_processes
-    from dataflows.replay import ReplaySource, ShardedReplaySource, count_records, merged_events
+    from dataflows.replay import ReplaySource, count_records, merged_events
+    from dataflows.replay_shards import ShardedReplaySource
 
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)

@@ -122,8 +122,13 @@ class Router:
     """Stateful router: one instance sees the whole stream."""
 
     def __init__(
-        self, settings: RouterSettings | None = None, partitions: list[str] | None = None, wall: float | None = None
+        self,
+        settings: RouterSettings | None = None,
+        partitions: list[str] | None = None,
+        wall: float | None = None,
+        sharded: bool = False,
     ) -> None:
+        """``sharded``: this router is one of several and learns which from its first :class:`Heartbeat`."""
         self.settings = s = settings or RouterSettings()
         self.clock = EventClock(s.lateness_s, s.tick_s, s.idle_after_s)
         # Until every source partition has spoken (or, live, gone quiet) the
@@ -141,6 +146,8 @@ class Router:
         self.shard, self.shards = 0, 1  # set by the first Heartbeat when the flow is sharded
         self.nodes_broadcast = True
         self.misrouted = 0
+        # A shard releases nothing before it knows which shard it is (else it would keep everything).
+        self._placed = not sharded
 
     def route(
         self,
@@ -174,6 +181,7 @@ class Router:
             ts: float = event.ts  # type: ignore[assignment]
             if type(event) is Heartbeat:
                 self.shard, self.shards, self.nodes_broadcast = event.shard, event.shards, event.nodes_broadcast
+                self._placed = True
                 # Within the bounds an event must keep: a heartbeat carrying another
                 # shard's far-off record must not drag this clock along.
                 newest = clock.max_ts
@@ -202,12 +210,13 @@ class Router:
             observe(partition, ts, wall)
             self._seq += 1
             push(buffer, (ts, order, self._seq, event))
-        out.extend(self._release(clock.watermark(wall)))
+        if self._placed:
+            out.extend(self._release(clock.watermark(wall)))
         return out
 
     def idle(self, wall: float) -> list[tuple[str, Any]]:
         """Live mode, no input: let the clock move, release what is due, hand out ticks."""
-        return self._release(self.clock.watermark(wall))
+        return self._release(self.clock.watermark(wall)) if self._placed else []
 
     def finish(self) -> list[tuple[str, Any]]:
         """End of a finite input: everything has arrived; release it all and tick to the newest event."""

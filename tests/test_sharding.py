@@ -17,7 +17,8 @@ from dataflows.flow import Outputs, build_flow
 from dataflows.placement import key_on_worker, worker_of
 from dataflows.processes import WorkerProcessError, run_processes
 from dataflows.records import Routed
-from dataflows.replay import ReplaySource, ShardedReplaySource, merged_events, shard_events
+from dataflows.replay import ReplaySource, merged_events
+from dataflows.replay_shards import ShardedReplaySource, shard_events
 from datasets import generator
 from detectors.events import TOPICS, Anomaly, DeadLetter, GpuSample, JobEvent, NodeEvent, ProgressRecord
 from detectors.routing import DEAD, Heartbeat, Router, RouterSettings, shard_of
@@ -187,3 +188,19 @@ def test_a_worker_process_that_fails_fails_the_run_with_its_reason():
 
     with pytest.raises(WorkerProcessError, match=r"worker process \d failed: RuntimeError: no flow today"):
         run_processes(broken, 2, Outputs(), timeout_s=60)
+
+
+def test_a_shard_holds_what_it_gets_before_its_first_heartbeat():
+    # A batch split in transit can hand a shard records before the heartbeat that names it.
+    job = next(str(j) for j in range(1000, 1100) if shard_of(str(j), 2) == 1)
+    other = next(str(j) for j in range(1000, 1100) if shard_of(str(j), 2) == 0)
+    router = Router(RouterSettings(lateness_s=0, tick_s=5), sharded=True)
+    early = [
+        ("s/0", (3, 0, 0), JobEvent(ts=100.0, job_id=job, state="RUNNING", nodes=["a"]), None),
+        ("s/0", (3, 0, 1), JobEvent(ts=100.0, job_id=other, state="RUNNING", nodes=["b"]), None),
+        ("s/0", (2, 0, 0), GpuSample(ts=101.0, node="a", gpu=0), None),
+        ("s/0", (2, 0, 1), GpuSample(ts=101.0, node="b", gpu=0), None),
+    ]
+    assert router.route_batch(early) == []
+    released = router.route_batch([("s/0", (9, 0, 0), Heartbeat(101.0, 1, 2), None)])
+    assert {key for key, _ in released} == {f"job/{job}"}

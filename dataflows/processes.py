@@ -15,7 +15,6 @@ import dataclasses
 import math
 import multiprocessing as mp
 import queue
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,24 +23,13 @@ from typing import Any
 from bytewax.dataflow import Dataflow
 
 from dataflows.flow import Outputs
+from dataflows.ports import free_ports
 
 _DONE = "done"
 
 
 class WorkerProcessError(RuntimeError):
     """A worker process failed; the message says which and how."""
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` loopback ports free right now (the OS picks them)."""
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def _listening(port: int) -> bool | None:

@@ -17,11 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from dataflows.ports import free_port
 
 
 def tansu_binary() -> str | None:

@@ -28,7 +28,9 @@ Records that carry a job go to their owner only; records that carry just a node
 every shard, because each one needs the whole job ↔ node map to decide whether a
 node's record is its own. A :class:`Heartbeat` tells every shard how far each
 input stream has got, so all their clocks move together. A job's events and ticks
-therefore still come from one router, in the same order as with one shard.
+therefore still come from one router, in the same order as with one shard. A
+sender that already knows each node record's shard (a time-merged replay does)
+gives it to that shard alone and says so in its heartbeats (``nodes_broadcast``).
 """
 
 from __future__ import annotations
@@ -119,7 +121,7 @@ class RouterSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 class Router:
-    """Stateful router: one instance sees the whole stream."""
+    """Stateful router: one instance sees the whole stream, or one shard of it (see the module notes)."""
 
     def __init__(
         self,

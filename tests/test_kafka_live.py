@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 import time
 import urllib.request
 
@@ -13,6 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from dataflows.config import KafkaSettings
 from dataflows.kafka_io import create_topics, produce_replay
+from dataflows.ports import free_ports
 from dataflows.tansu import free_port, start_trainguard
 from detectors.events import Anomaly
 from tests.conftest import DEMO_DIR, Broker, replay, stop_process
@@ -20,9 +23,9 @@ from tests.conftest import DEMO_DIR, Broker, replay, stop_process
 pytestmark = pytest.mark.kafka
 
 
-def consume_all(address: str, topic: str, expect: int, timeout_s: float) -> list[bytes]:
+def consume_all(address: str, topic: str, expect: int, timeout_s: float, partitions: int = 1) -> list[bytes]:
     consumer = Consumer({"bootstrap.servers": address, "group.id": "t", "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, 0, 0)])
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     values: list[bytes] = []
     deadline = time.monotonic() + timeout_s
     try:
@@ -33,6 +36,10 @@ def consume_all(address: str, topic: str, expect: int, timeout_s: float) -> list
     finally:
         consumer.close()
     return values
+
+
+def summary(items: list[Anomaly]) -> list[tuple]:
+    return sorted((a.anomaly_id, a.kind, a.category, a.job_id, tuple(a.nodes), round(a.detected_at, 3)) for a in items)
 
 
 def test_live_kafka_run_matches_replay(tansu: Broker, tmp_path):
@@ -69,12 +76,6 @@ def test_live_kafka_run_matches_replay(tansu: Broker, tmp_path):
         stop_process(run)
     output = run.stdout.read().decode() if run.stdout else ""
     live = [msgspec.json.decode(v, type=Anomaly) for v in raw]
-
-    def summary(items: list[Anomaly]) -> list[tuple]:
-        return sorted(
-            (a.anomaly_id, a.kind, a.category, a.job_id, tuple(a.nodes), round(a.detected_at, 3)) for a in items
-        )
-
     assert summary(live) == summary(expected.anomalies), output[-3000:]
     assert health.status == 200
     # Everything was read: no lag on any input partition.
@@ -153,3 +154,34 @@ def test_ship_logs_delivers_each_line_once_across_restarts(tansu: Broker, tmp_pa
         "RuntimeError: CUDA error: an illegal memory access was encountered",
     ]
     assert {(r["job_id"], r["node"], r["rank"]) for r in shipped} == {("77", "gpu-node-03", 0)}
+
+
+def test_two_worker_processes_on_partitioned_topics_find_what_the_replay_finds(tansu: Broker, tmp_path):
+    """The documented N-machine deployment, on one machine: ``bytewax.run -i/-a`` with one router shard per worker."""
+    settings = KafkaSettings(brokers=[tansu.address])
+    create_topics(settings, partitions=2)
+    produce_replay(DEMO_DIR, settings)  # no key: records spread over both partitions of each topic
+    expected = replay(DEMO_DIR)
+    config = tmp_path / "cfg.yaml"
+    config.write_text("router:\n  shards: 2\n")
+    addresses = ";".join(f"127.0.0.1:{port}" for port in free_ports(2))
+    env = {**os.environ, "TRAINGUARD_BROKERS": tansu.address, "TRAINGUARD_CONFIG": str(config)}
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "bytewax.run", "dataflows.flow:from_env()", "-i", str(i), "-a", addresses],
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for i in range(2)
+    ]
+    try:
+        raw = consume_all(tansu.address, "anomalies", len(expected.anomalies), timeout_s=120, partitions=2)
+        raw += consume_all(tansu.address, "anomalies", 10_000, timeout_s=3, partitions=2)[len(raw) :]
+    finally:
+        for worker in workers:
+            stop_process(worker)
+    output = b"".join(w.stdout.read() for w in workers if w.stdout).decode(errors="replace")
+    live = [msgspec.json.decode(v, type=Anomaly) for v in raw]
+    assert summary(live) == summary(expected.anomalies), output[-3000:]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from collections import Counter
@@ -411,8 +412,15 @@ def console_cmd(
     settings = settings_from(config)
     if not settings.console.users:
         raise fail(
-            "the console needs at least one user under console.users in the config (name, role, password_sha256)."
+            "the console needs at least one user under console.users in the config "
+            "(name, role, and password_scrypt from `trainguard hash-password` or token_sha256)."
         )
+    from dataflows.passwords import check_format
+
+    for user in settings.console.users:
+        why = check_format(user.password_scrypt) if user.password_scrypt else None
+        if why is not None:
+            raise fail(f"console user {user.name!r}: password_scrypt {why}.")
     if settings.audit_log is None and archive is None and not brokers:
         raise fail("give --archive DIR, --brokers, or audit_log in the config: the console shows a run's outputs.")
     audit_path = Path(settings.audit_log) if settings.audit_log else None
@@ -431,6 +439,24 @@ def console_cmd(
     uvicorn.run(
         create_app(settings, data, executor), host=bind_host, port=bind_port, log_level="warning", access_log=False
     )
+
+
+@app.command("hash-password")
+def hash_password_cmd() -> None:
+    """Print a console password's scrypt hash for console.users[].password_scrypt (read from the terminal or stdin)."""
+    import getpass
+
+    from dataflows.passwords import hash_password
+
+    if sys.stdin.isatty():
+        password = getpass.getpass("password: ")
+        if getpass.getpass("again: ") != password:
+            raise fail("the two passwords differ; run it again.")
+    else:  # piped: never from argv, where it would land in shell history and `ps`
+        password = sys.stdin.readline().rstrip("\r\n")
+    if len(password) < 12:
+        raise fail("use a password of at least 12 characters.")
+    typer.echo(hash_password(password))
 
 
 @app.command("watch-slurm")

@@ -65,11 +65,16 @@ class SchedulerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
 
 
 class ConsoleUser(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """A console user: a bearer token and/or a password (its SHA-256, hex) for basic auth."""
+    """A console user: a bearer token (its SHA-256, hex) and/or a password for basic auth.
+
+    ``password_scrypt`` (from ``trainguard hash-password``) is the way to store a
+    password; ``password_sha256`` is still read, for configs written before it.
+    """
 
     name: str
     role: Literal["viewer", "operator"] = "viewer"
     token_sha256: str | None = None
+    password_scrypt: str | None = None
     password_sha256: str | None = None
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import msgspec
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
@@ -31,6 +32,7 @@ from starlette.staticfiles import StaticFiles
 from actions.executor import ActionExecutor, ApprovalError
 from dataflows.config import ConsoleUser, Settings
 from dataflows.console_data import ConsoleData
+from dataflows.passwords import verify_password
 
 STATIC = Path(__file__).resolve().parent / "console_static"
 SECURITY_HEADERS = {
@@ -52,6 +54,10 @@ class Auth:
     def __init__(self, users: list[ConsoleUser]) -> None:
         self.users = users
         self.secret = secrets.token_bytes(32)
+        # A browser sends the password with every request, and scrypt takes ~50 ms on
+        # purpose: remember the passwords already verified, as HMACs under this
+        # process's secret (never the passwords themselves).
+        self._verified: set[bytes] = set()
 
     def user(self, request: Request) -> ConsoleUser | None:
         header = request.headers.get("authorization", "")
@@ -64,16 +70,22 @@ class Auth:
                 name, _, password = base64.b64decode(value).decode().partition(":")
             except (ValueError, UnicodeDecodeError):
                 return None
-            digest = sha256_hex(password)
-            return next(
-                (
-                    u
-                    for u in self.users
-                    if u.name == name and u.password_sha256 and hmac.compare_digest(u.password_sha256, digest)
-                ),
-                None,
-            )
+            return next((u for u in self.users if u.name == name and self._password_ok(u, password)), None)
         return None
+
+    def _password_ok(self, user: ConsoleUser, password: str) -> bool:
+        if user.password_scrypt:
+            seen = hmac.new(self.secret, f"{user.name}\0{password}".encode(), hashlib.sha256).digest()
+            if seen in self._verified:
+                return True
+            if not verify_password(user.password_scrypt, password):
+                return False
+            if len(self._verified) > 1024:
+                self._verified.clear()
+            self._verified.add(seen)
+            return True
+        digest = user.password_sha256
+        return bool(digest) and hmac.compare_digest(digest or "", sha256_hex(password))
 
     def csrf(self, user: ConsoleUser) -> str:
         return hmac.new(self.secret, user.name.encode(), hashlib.sha256).hexdigest()
@@ -95,7 +107,7 @@ def create_app(
 
     def guarded(handler: Any, operator: bool = False) -> Any:
         async def endpoint(request: Request) -> Response:
-            user = auth.user(request)
+            user = await run_in_threadpool(auth.user, request)  # scrypt must not stall the event loop
             if user is None:
                 return JSONResponse(
                     {"error": "sign in"}, status_code=401, headers={"WWW-Authenticate": 'Basic realm="trainguard"'}

@@ -44,6 +44,20 @@ def test_replay_on_worker_processes_finds_what_one_worker_finds(tmp_path: Path):
     assert _one_sentence_error(both).startswith("error: use --processes or --workers")
 
 
+def test_hash_password_reads_stdin_and_the_console_refuses_a_malformed_hash(tmp_path: Path):
+    from dataflows.passwords import verify_password
+
+    result = runner.invoke(app, ["hash-password"], input="a long console password\n")
+    assert result.exit_code == 0, result.output
+    stored = result.output.strip()
+    assert verify_password(stored, "a long console password") and not verify_password(stored, "another one")
+    assert "at least 12" in _one_sentence_error(runner.invoke(app, ["hash-password"], input="short\n"))
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("console:\n  users:\n    - {name: alice, role: operator, password_scrypt: 'scrypt$1$2'}\n")
+    line = _one_sentence_error(runner.invoke(app, ["console", "-c", str(cfg), "--archive", str(tmp_path)]))
+    assert "console user 'alice': password_scrypt is not of the form" in line
+
+
 def _one_sentence_error(result) -> str:
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]

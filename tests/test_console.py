@@ -20,9 +20,11 @@ from actions.executor import ActionExecutor
 from dataflows.config import Settings
 from dataflows.console import create_app, sha256_hex
 from dataflows.console_data import ConsoleData
+from dataflows.passwords import hash_password
 from tests.conftest import DEMO_DIR, ROOT, replay
 
 ARTIFACTS = ROOT / "test-artifacts"
+ALICE_SCRYPT = hash_password("alice-pw", n=2**10)  # cheap cost for the tests; the default is 2**14
 
 
 def console_settings(audit: Path) -> Settings:
@@ -31,8 +33,8 @@ def console_settings(audit: Path) -> Settings:
             "audit_log": str(audit),
             "console": {
                 "users": [
-                    {"name": "alice", "role": "operator", "password_sha256": sha256_hex("alice-pw")},
-                    {"name": "victor", "role": "viewer", "password_sha256": sha256_hex("victor-pw")},
+                    {"name": "alice", "role": "operator", "password_scrypt": ALICE_SCRYPT},
+                    {"name": "victor", "role": "viewer", "password_sha256": sha256_hex("victor-pw")},  # older configs
                     {"name": "robot", "role": "viewer", "token_sha256": sha256_hex("s3cret-token")},
                 ]
             },
@@ -66,6 +68,24 @@ def client_for(settings: Settings, audit: Path, driver: DryRunDriver) -> TestCli
     data.refresh()
     executor = ActionExecutor(settings.policy, driver, AuditLog(audit))
     return TestClient(create_app(settings, data, executor))
+
+
+def test_scrypt_passwords_are_checked_once_then_remembered_without_keeping_them():
+    from starlette.requests import Request
+
+    from dataflows.config import ConsoleUser
+    from dataflows.console import Auth
+
+    def request(user: str, password: str) -> Request:
+        value = base64.b64encode(f"{user}:{password}".encode())
+        return Request({"type": "http", "headers": [(b"authorization", b"Basic " + value)]})
+
+    auth = Auth([ConsoleUser(name="alice", role="operator", password_scrypt=ALICE_SCRYPT)])
+    assert auth.user(request("alice", "wrong")) is None and not auth._verified
+    assert auth.user(request("alice", "alice-pw")).name == "alice"
+    assert len(auth._verified) == 1 and all(b"alice-pw" not in seen for seen in auth._verified)
+    assert auth.user(request("alice", "alice-pw")).name == "alice"  # from the cache
+    assert auth.user(request("bob", "alice-pw")) is None
 
 
 def test_auth_roles_csrf_and_headers(monitored: tuple[Settings, Path]):

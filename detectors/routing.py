@@ -151,6 +151,19 @@ class Router:
         # A shard releases nothing before it knows which shard it is (else it would keep everything).
         self._placed = not sharded
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # A snapshot taken by an earlier version (before placements and shard naming)
+        # still resumes: an upgrade must not cost the recovery directory.
+        if "placement" not in state:
+            placement = JobPlacement()
+            placement.node_job = state.setdefault("node_job", {})
+            placement.job_nodes = state.pop("job_nodes", {})
+            state["placement"] = placement
+        state.setdefault("nodes_broadcast", True)
+        state.setdefault("misrouted", 0)
+        state.setdefault("_placed", True)
+        self.__dict__.update(state)
+
     def route(
         self,
         partition: str,

@@ -103,3 +103,19 @@ def test_router_stops_ticking_finished_jobs():
     router.route("p", JobEvent(ts=5.0, job_id="1", state="COMPLETED", nodes=["n"]))
     router.route("p", LogRecord(ts=100.0, job_id="2", node="m", line="x"))
     assert "job/1" not in router.active and "job/2" in router.active
+
+
+def test_a_router_snapshot_from_before_placements_still_resumes():
+    import pickle
+
+    router = Router(RouterSettings(lateness_s=0, tick_s=5))
+    router.route("s/0", JobEvent(ts=100.0, job_id="7", state="RUNNING", nodes=["n1"]))
+    old = dict(router.__dict__)  # what an earlier version pickled: the map lived on the router itself
+    for name in ("placement", "nodes_broadcast", "misrouted", "_placed"):
+        old.pop(name)
+    old["job_nodes"] = router.placement.job_nodes
+    router.__dict__ = old
+    resumed = pickle.loads(pickle.dumps(router))
+    assert [k for k, _ in resumed.route("s/0", GpuSample(ts=106.0, node="n1", gpu=0))][-1] == "job/7"
+    resumed.route("s/0", JobEvent(ts=110.0, job_id="7", state="COMPLETED"))
+    assert resumed.node_job == {} and resumed.placement.node_job is resumed.node_job

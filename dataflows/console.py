@@ -84,8 +84,9 @@ class Auth:
                 self._verified.clear()
             self._verified.add(seen)
             return True
-        digest = user.password_sha256
-        return bool(digest) and hmac.compare_digest(digest or "", sha256_hex(password))
+        if not user.password_sha256:
+            return False
+        return hmac.compare_digest(user.password_sha256, sha256_hex(password))
 
     def csrf(self, user: ConsoleUser) -> str:
         return hmac.new(self.secret, user.name.encode(), hashlib.sha256).hexdigest()

@@ -47,10 +47,7 @@ def _listening(port: int) -> bool | None:
 def _wait_listening(port: int, child: Any, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and child.is_alive():
-        listening = _listening(port)
-        if listening is None:
-            return  # cannot tell here: the workers' own retries will do
-        if listening:
+        if _listening(port) is not False:  # listening, or no way to tell here (the workers' own retries will do)
             return
         time.sleep(0.005)
 

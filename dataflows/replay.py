@@ -69,6 +69,15 @@ def topic_files(directory: Path) -> dict[str, list[Path]]:
     return found
 
 
+def replay_directory(directory: str | Path, speed: float | None) -> Path:
+    """A replay source's arguments, checked now — with a clear sentence, not inside a worker."""
+    if speed is not None and speed <= 0:
+        raise ReplayError(f"--speed must be a positive number, got {speed}.")
+    path = Path(directory)
+    topic_files(path)
+    return path
+
+
 def count_records(directory: Path) -> int:
     """How many records a replay directory holds (for progress reporting)."""
     total = 0
@@ -301,10 +310,7 @@ class ReplaySource(FixedPartitionedSource[Routed | DeadLetter, int]):
     """
 
     def __init__(self, directory: str | Path, speed: float | None = None, batch_size: int = 2000) -> None:
-        if speed is not None and speed <= 0:
-            raise ReplayError(f"--speed must be a positive number, got {speed}.")
-        self.directory = Path(directory)
-        topic_files(self.directory)  # fail now, with a clear sentence, not inside a worker
+        self.directory = replay_directory(directory, speed)
         self.speed = speed
         self.batch_size = batch_size
         self.on_progress: Callable[[int], None] | None = None

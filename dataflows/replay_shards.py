@@ -26,8 +26,8 @@ from bytewax.inputs import DynamicSource, StatelessSourcePartition
 
 from dataflows.placement import key_on_worker
 from dataflows.records import Routed
-from dataflows.replay import REPLAY_CLOCK, ReplayError, _merge, _Paced, _topic_chunks, topic_files
-from detectors.events import DeadLetter, GpuSample, JobEvent, NodeEvent
+from dataflows.replay import REPLAY_CLOCK, _merge, _Paced, _topic_chunks, replay_directory, topic_files
+from detectors.events import DeadLetter, JobEvent, NodeEvent
 from detectors.routing import Heartbeat, JobPlacement, shard_of
 
 
@@ -39,7 +39,6 @@ def shard_events(directory: Path, shard: int, shards: int) -> Iterator[tuple[flo
     """
     placement = JobPlacement()
     owners: dict[str, int] = {}  # shard_of, remembered: a few thousand jobs and nodes, ~10⁵ records each
-    node_job = placement.node_job
     for window in _merge([_topic_chunks(t, fs, decoded=True) for t, fs in topic_files(directory).items()]):
         kept: list[tuple[float, Routed | DeadLetter | None]] = []
         for key, order, offset, event, payload in window:
@@ -51,9 +50,7 @@ def shard_events(directory: Path, shard: int, shards: int) -> Iterator[tuple[flo
             if cls is JobEvent:
                 placement.apply(event)
             elif cls is not NodeEvent:
-                job = event.job_id if cls is not GpuSample else None
-                if job is None:  # keyed by the job on its node, or by the node when idle
-                    job = node_job.get(event.node) or event.node
+                job = placement.job_for(event) or event.node  # the router keys it by its job, or by an idle node
                 owner = owners.get(job)
                 if owner is None:
                     owner = owners[job] = shard_of(job, shards)
@@ -99,10 +96,7 @@ class ShardedReplaySource(DynamicSource[tuple[str, Routed | DeadLetter]]):
     """
 
     def __init__(self, directory: str | Path, speed: float | None = None, batch_size: int = 2000) -> None:
-        if speed is not None and speed <= 0:
-            raise ReplayError(f"--speed must be a positive number, got {speed}.")
-        self.directory = Path(directory)
-        topic_files(self.directory)
+        self.directory = replay_directory(directory, speed)
         self.speed = speed
         self.batch_size = batch_size
 

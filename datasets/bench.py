@@ -18,8 +18,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from bytewax.testing import run_main
-
 from datasets.scenario import BASE_TS, Job, Scenario
 
 
@@ -100,6 +98,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="runs of each configuration; the median is printed")
     args = parser.parse_args()
 
+    from dataflows.cli import _run as run_threads
     from dataflows.config import Settings
     from dataflows.flow import Outputs, build_flow
     from dataflows.processes import run_processes
@@ -137,13 +136,7 @@ def main() -> None:
                 else:
                     settings = Settings()
                     settings.router.shards = n
-                    flow = build_flow(ReplaySource(directory), settings, outputs)
-                    if n == 1:
-                        run_main(flow)
-                    else:
-                        from bytewax._bytewax import cli_main
-
-                        cli_main(flow, workers_per_process=n)
+                    run_threads(build_flow(ReplaySource(directory), settings, outputs), n)
                 timings[(kind, n)].append(time.perf_counter() - started)
                 found[(kind, n)].add(len(anomalies))
             if most > 1:

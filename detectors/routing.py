@@ -43,7 +43,7 @@ from typing import Any
 import msgspec
 
 from detectors.clock import EventClock
-from detectors.events import TOPICS, DeadLetter, Event, GpuSample, JobEvent, LogRecord, NodeEvent, Tick
+from detectors.events import TOPICS, DeadLetter, Event, GpuSample, JobEvent, LogRecord, NodeEvent, ProgressRecord, Tick
 from detectors.monitor import RUNNING_STATES
 
 DEAD = "!dead"  # key of dead-letter items in the router's output
@@ -107,6 +107,19 @@ class JobPlacement:
             if self.node_job.get(node) == job:
                 del self.node_job[node]
 
+    def job_for(self, event: LogRecord | ProgressRecord | GpuSample) -> str | None:
+        """The job a record belongs to: its own, or — for a GPU sample or a line without a
+        job — the job running on its node (``None``: the node is idle, the record is the node's).
+
+        >>> placement = JobPlacement()
+        >>> placement.apply(JobEvent(ts=1.0, job_id="7", state="RUNNING", nodes=["n1"]))
+        >>> [placement.job_for(GpuSample(ts=2.0, node=node, gpu=0)) for node in ("n1", "n2")]
+        ['7', None]
+        """
+        if type(event) is GpuSample or event.job_id is None:
+            return self.node_job.get(event.node)
+        return event.job_id  # type: ignore[return-value]
+
 
 class RouterSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     lateness_s: float = 2.0
@@ -149,7 +162,7 @@ class Router:
         self.nodes_broadcast = True
         self.misrouted = 0
         # A shard releases nothing before it knows which shard it is (else it would keep everything).
-        self._placed = not sharded
+        self._named = not sharded
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # A snapshot taken by an earlier version (before placements and shard naming)
@@ -161,7 +174,7 @@ class Router:
             state["placement"] = placement
         state.setdefault("nodes_broadcast", True)
         state.setdefault("misrouted", 0)
-        state.setdefault("_placed", True)
+        state.setdefault("_named", True)
         self.__dict__.update(state)
 
     def route(
@@ -196,7 +209,7 @@ class Router:
             ts: float = event.ts  # type: ignore[assignment]
             if type(event) is Heartbeat:
                 self.shard, self.shards, self.nodes_broadcast = event.shard, event.shards, event.nodes_broadcast
-                self._placed = True
+                self._named = True
                 # Within the bounds an event must keep: a heartbeat carrying another
                 # shard's far-off record must not drag this clock along.
                 newest = clock.max_ts
@@ -225,13 +238,13 @@ class Router:
             observe(partition, ts, wall)
             self._seq += 1
             push(buffer, (ts, order, self._seq, event))
-        if self._placed:
+        if self._named:
             out.extend(self._release(clock.watermark(wall)))
         return out
 
     def idle(self, wall: float) -> list[tuple[str, Any]]:
         """Live mode, no input: let the clock move, release what is due, hand out ticks."""
-        return self._release(self.clock.watermark(wall)) if self._placed else []
+        return self._release(self.clock.watermark(wall)) if self._named else []
 
     def finish(self) -> list[tuple[str, Any]]:
         """End of a finite input: everything has arrived; release it all and tick to the newest event."""
@@ -258,19 +271,13 @@ class Router:
             job = str(event.job_id)
             self._job_state(job, event)
             return f"job/{job}"
-        if isinstance(event, GpuSample | NodeEvent):
-            event.job_id = job = self.node_job.get(event.node)
-            if job is not None and isinstance(event, GpuSample):
-                # The job compares its GPUs with each other, and a GPU fault under a
-                # job is part of that job's incident.
-                return f"job/{job}"
+        if isinstance(event, NodeEvent):
+            event.job_id = self.node_job.get(event.node)
             return f"node/{event.node}"
-        if isinstance(event, LogRecord) and event.job_id is None:
-            job = self.node_job.get(event.node)
-            if job is None:
-                return f"node/{event.node}"
-            event.job_id = job
-        return f"job/{event.job_id}"
+        # A GPU sample joins the job on its node: the job compares its GPUs with each
+        # other, and a GPU fault under a job is part of that job's incident.
+        event.job_id = job = self.placement.job_for(event)
+        return f"node/{event.node}" if job is None else f"job/{job}"
 
     def _owns(self, key: str) -> bool:
         # "job/<id>" or "node/<name>": idle nodes are spread too (their GPU samples are most of the stream).

@@ -111,7 +111,7 @@ def test_a_router_snapshot_from_before_placements_still_resumes():
     router = Router(RouterSettings(lateness_s=0, tick_s=5))
     router.route("s/0", JobEvent(ts=100.0, job_id="7", state="RUNNING", nodes=["n1"]))
     old = dict(router.__dict__)  # what an earlier version pickled: the map lived on the router itself
-    for name in ("placement", "nodes_broadcast", "misrouted", "_placed"):
+    for name in ("placement", "nodes_broadcast", "misrouted", "_named"):
         old.pop(name)
     old["job_nodes"] = router.placement.job_nodes
     router.__dict__ = old

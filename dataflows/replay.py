@@ -32,6 +32,7 @@ REPLAY_CLOCK = "replay/0"
 # A timestamp this far from the previous one in the same file is treated as an
 # outlier for ordering purposes.
 _MAX_JUMP_S = 3600.0
+_ANCHOR_SAMPLE = 16  # timestamps looked at to find where a file starts
 
 
 class _TsOnly(msgspec.Struct):
@@ -130,16 +131,43 @@ _ORDER = itemgetter(0, 1, 2)  # (sort key, topic index, offset): unique, so item
 _KEY = itemgetter(0)
 
 
+def _anchor(sample: list[float]) -> float | None:
+    """Where a file's sort keys start: its first timestamp near the median of the first few.
+
+    >>> _anchor([1796205600.0, 1796119200.0, 1796119201.0, 1796119202.0])  # a bad first line
+    1796119200.0
+    """
+    if not sample:
+        return None
+    middle = sorted(sample)[len(sample) // 2]
+    return next(ts for ts in sample if abs(ts - middle) <= _MAX_JUMP_S)
+
+
 def _topic_chunks(topic: str, files: list[Path], decoded: bool) -> Iterator[list[tuple[float, int, int, Any, bytes]]]:
     """Lists of ``(sort_key, topic index, offset, item, payload)``; sort keys never decrease.
 
     With ``decoded`` the item is the decoded event (or its dead letter) — decoded once,
     here, since its timestamp is needed for ordering anyway; otherwise ``None``.
+    The keys start at :func:`_anchor`, so a bad first timestamp is an outlier like any
+    other instead of the key the whole file is sorted by.
     """
     order = TOPICS.index(topic)
     key: float | None = None
-    offset = 0
+    anchor: float | None = None
+    # The first records wait until the anchor is known (a file of only bad timestamps waits one chunk).
+    waiting: list[tuple[float | None, int, Any, bytes]] | None = []
+    sample: list[float] = []
     chunk: list[tuple[float, int, int, Any, bytes]] = []
+
+    def place(ts: float | None, offset: int, item: Any, payload: bytes) -> None:
+        nonlocal key
+        if ts is not None and (
+            key < ts <= key + _MAX_JUMP_S if key is not None else anchor is not None and abs(ts - anchor) <= _MAX_JUMP_S
+        ):
+            key = ts
+        chunk.append((key if key is not None else anchor or 0.0, order, offset, item, payload))
+
+    offset = 0
     for path in files:
         payloads = _parquet_payloads(path) if path.suffix == ".parquet" else _jsonl_payloads(path)
         for payload in payloads:
@@ -149,13 +177,25 @@ def _topic_chunks(topic: str, files: list[Path], decoded: bool) -> Iterator[list
                 ts = item.ts if type(item) is not DeadLetter else _sort_ts(payload)
             else:
                 ts = _sort_ts(payload)
-            if ts is not None and (key is None or key < ts <= key + _MAX_JUMP_S):
-                key = ts
-            chunk.append((0.0 if key is None else key, order, offset, item, payload))
+            if waiting is not None:
+                waiting.append((ts, offset, item, payload))
+                if ts is not None:
+                    sample.append(ts)
+                if len(sample) == _ANCHOR_SAMPLE or len(waiting) == _CHUNK:
+                    anchor = _anchor(sample)
+                    for record in waiting:
+                        place(*record)
+                    waiting = None
+            else:
+                place(ts, offset, item, payload)
             offset += 1
-            if len(chunk) == _CHUNK:
+            if len(chunk) >= _CHUNK:
                 yield chunk
                 chunk = []
+    if waiting:  # a file shorter than the sample
+        anchor = _anchor(sample)
+        for record in waiting:
+            place(*record)
     if chunk:
         yield chunk
 

@@ -124,6 +124,16 @@ def test_garbage_is_dead_lettered_counted_and_the_flow_keeps_going(tmp_path: Pat
     assert sorted(a.anomaly_id for a in result.anomalies) == sorted(a.anomaly_id for a in demo_result.anomalies)
 
 
+def test_a_bad_first_timestamp_does_not_reorder_its_whole_file(tmp_path: Path, demo_result: RunResult):
+    # The file's first line says a day later: before, every line of the file was sorted by it.
+    for path in DEMO_DIR.glob("*.parquet"):
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    (tmp_path / "logs.jsonl").write_bytes(b'{"ts": 1796205600, "node": "gpu-node-01", "line": "a day ahead"}\n')
+    result = replay(tmp_path)
+    assert len(result.dead) == 1 and "ahead of the newest event" in result.dead[0].reason
+    assert sorted(a.anomaly_id for a in result.anomalies) == sorted(a.anomaly_id for a in demo_result.anomalies)
+
+
 def test_parquet_archive_is_partitioned_and_readable_with_polars(tmp_path: Path):
     out = tmp_path / "archive"
     result = replay(DEMO_DIR, archive=out)

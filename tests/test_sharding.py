@@ -204,3 +204,30 @@ def test_a_shard_holds_what_it_gets_before_its_first_heartbeat():
     assert router.route_batch(early) == []
     released = router.route_batch([("s/0", (9, 0, 0), Heartbeat(101.0, 1, 2), None)])
     assert {key for key, _ in released} == {f"job/{job}"}
+
+
+def test_worker_processes_dead_letter_garbage_once_and_lose_nothing(tmp_path: Path):
+    for path in DEMO_DIR.glob("*.parquet"):
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    garbage = {
+        "logs": [
+            b"{not json",
+            b'{"ts": 1796205600, "node": 3, "line": "x"}',
+            b'{"ts": 1796205600000, "node": "n", "line": "ms"}',
+        ],
+        "gpu": [b'{"ts": "yesterday", "node": "gpu-node-01", "gpu": 0}', b"\x00\xffjunk"],
+        "progress": [b'{"ts": 1796205600, "node": "gpu-node-01", "rank": 0, "step": 1}'],  # no job_id
+        "scheduler": [b'{"kind": "job", "ts": 1796205600, "state": "RUNNING"}'],
+    }
+    for topic, lines in garbage.items():
+        (tmp_path / f"{topic}.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    one = replay(tmp_path)
+    anomalies: list[Anomaly] = []
+    dead: list[DeadLetter] = []
+    outputs = Outputs(on_anomalies=anomalies.extend, on_dead_letters=dead.extend)
+    run_processes(lambda o: build_flow(ShardedReplaySource(tmp_path), Settings(), o), 2, outputs, timeout_s=300)
+    assert len(one.dead) == sum(len(lines) for lines in garbage.values())
+    assert sorted((d.topic, d.payload, d.reason) for d in dead) == sorted(
+        (d.topic, d.payload, d.reason) for d in one.dead
+    )
+    assert summary(anomalies) == summary(one.anomalies) == summary(replay(DEMO_DIR).anomalies)

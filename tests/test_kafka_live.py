@@ -161,6 +161,11 @@ def test_two_worker_processes_on_partitioned_topics_find_what_the_replay_finds(t
     settings = KafkaSettings(brokers=[tansu.address])
     create_topics(settings, partitions=2)
     produce_replay(DEMO_DIR, settings)  # no key: records spread over both partitions of each topic
+    garbage = [b"{not json", b'{"ts": 1796205600, "node": 3, "line": "x"}', b"\x00\xffjunk"]
+    producer = Producer({"bootstrap.servers": tansu.address})
+    for value in garbage:
+        producer.produce("logs", value)
+    producer.flush(10)
     expected = replay(DEMO_DIR)
     config = tmp_path / "cfg.yaml"
     config.write_text("router:\n  shards: 2\n")
@@ -179,9 +184,11 @@ def test_two_worker_processes_on_partitioned_topics_find_what_the_replay_finds(t
     try:
         raw = consume_all(tansu.address, "anomalies", len(expected.anomalies), timeout_s=120, partitions=2)
         raw += consume_all(tansu.address, "anomalies", 10_000, timeout_s=3, partitions=2)[len(raw) :]
+        dead = consume_all(tansu.address, "dead_letter", 10_000, timeout_s=5, partitions=2)
     finally:
         for worker in workers:
             stop_process(worker)
     output = b"".join(w.stdout.read() for w in workers if w.stdout).decode(errors="replace")
     live = [msgspec.json.decode(v, type=Anomaly) for v in raw]
     assert summary(live) == summary(expected.anomalies), output[-3000:]
+    assert sorted(dead) == sorted(garbage)  # each refused record reported once, by one shard

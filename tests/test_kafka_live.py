@@ -38,6 +38,16 @@ def consume_all(address: str, topic: str, expect: int, timeout_s: float, partiti
     return values
 
 
+def produce_garbage(address: str) -> list[bytes]:
+    """Publish three records no decoder accepts to the logs topic; return them."""
+    garbage = [b"{not json", b'{"ts": 1796205600, "node": 3, "line": "x"}', b"\x00\xffjunk"]
+    producer = Producer({"bootstrap.servers": address})
+    for value in garbage:
+        producer.produce("logs", value)
+    producer.flush(10)
+    return garbage
+
+
 def summary(items: list[Anomaly]) -> list[tuple]:
     return sorted((a.anomaly_id, a.kind, a.category, a.job_id, tuple(a.nodes), round(a.detected_at, 3)) for a in items)
 
@@ -47,11 +57,7 @@ def test_live_kafka_run_matches_replay(tansu: Broker, tmp_path):
     create_topics(settings)
     counts = produce_replay(DEMO_DIR, settings)
     assert sum(counts.values()) > 50_000
-    garbage = [b"{not json", b'{"ts": 1796205600, "node": 3, "line": "x"}', b"\x00\xffjunk"]
-    producer = Producer({"bootstrap.servers": tansu.address})
-    for value in garbage:
-        producer.produce("logs", value)
-    producer.flush(10)
+    garbage = produce_garbage(tansu.address)
 
     expected = replay(DEMO_DIR)
     metrics_port = free_port()
@@ -161,11 +167,7 @@ def test_two_worker_processes_on_partitioned_topics_find_what_the_replay_finds(t
     settings = KafkaSettings(brokers=[tansu.address])
     create_topics(settings, partitions=2)
     produce_replay(DEMO_DIR, settings)  # no key: records spread over both partitions of each topic
-    garbage = [b"{not json", b'{"ts": 1796205600, "node": 3, "line": "x"}', b"\x00\xffjunk"]
-    producer = Producer({"bootstrap.servers": tansu.address})
-    for value in garbage:
-        producer.produce("logs", value)
-    producer.flush(10)
+    garbage = produce_garbage(tansu.address)
     expected = replay(DEMO_DIR)
     config = tmp_path / "cfg.yaml"
     config.write_text("router:\n  shards: 2\n")

@@ -118,6 +118,8 @@ class MonitorLogic(StatefulBatchLogic[Any, Anomaly, bytes]):
                 if self.monitor is None:
                     continue
                 out.extend(self.monitor.advance(item.watermark))
+                if item.final:
+                    out.extend(self.monitor.end_of_input(item.watermark))
                 if self.monitor.finished(item.watermark):
                     return out, StatefulBatchLogic.DISCARD
                 continue

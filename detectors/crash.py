@@ -6,6 +6,11 @@ prints after one rank died — are held for ``cascade_hold_s`` of event time, so
 that a root error arriving in that window names the incident instead. Grouping
 of later lines into an open incident is the job monitor's business.
 
+Nothing that looks fatal is dropped: a line that matches no signature but looks
+like a failure (an uncaught exception, ``terminate called``, a failed assertion)
+is kept, and :meth:`CrashDetector.unclassified` reports it as
+``crash/unclassified`` when the job then stops or ends.
+
 >>> from detectors.events import LogRecord
 >>> det = CrashDetector(cascade_hold_s=10)
 >>> line = "[rank3]: Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE)"
@@ -18,36 +23,23 @@ of later lines into an open incident is the job monitor's business.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 
 from detectors.events import LogRecord
+from detectors.findings import Finding
 from detectors.ids import evidence_line
-from detectors.signatures import SignatureMatch, match_line
-
-
-@dataclass(slots=True)
-class Finding:
-    """A detector's claim before incident grouping turns it into an :class:`Anomaly`."""
-
-    kind: str
-    category: str
-    layer: str
-    onset_ts: float
-    detected_at: float
-    transient: bool | None = None
-    nodes: list[str] = field(default_factory=list)
-    ranks: list[int] = field(default_factory=list)
-    gpus: list[str] = field(default_factory=list)
-    confidence: float = 0.5
-    evidence: list[str] = field(default_factory=list)
-    cascade: bool = False
-    signature: str = ""
+from detectors.signatures import SignatureMatch, looks_fatal, match_line
+from detectors.xid import EVIDENCE_ONLY
 
 
 def finding_from_line(record: LogRecord, match: SignatureMatch) -> Finding:
     sig = match.signature
-    gpus = [f"{record.node}:{match.fields['pci']}"] if "pci" in match.fields else []
+    gpus = [f"{record.node}:{match.fields['pci']}"] if match.fields.get("pci", "").count(":") >= 1 else []
     rank = record.rank if record.rank is not None else (int(match.fields["rank"]) if "rank" in match.fields else None)
+    evidence = [evidence_line(record.node, record.rank, record.line)]
+    if "cause_xid" in match.fields:
+        evidence.append(f"the line names Xid {match.fields['cause_xid']} as its cause")
+    if "signal" in match.fields:
+        evidence.append(f"exit code {match.fields['exit_code']}: killed by {match.fields['signal']}")
     return Finding(
         kind=sig.kind,
         category=sig.category,
@@ -58,14 +50,17 @@ def finding_from_line(record: LogRecord, match: SignatureMatch) -> Finding:
         nodes=[record.node],
         ranks=[rank] if rank is not None else [],
         gpus=gpus,
-        confidence=0.5 if sig.cascade else 0.9,
-        evidence=[evidence_line(record.node, record.rank, record.line)],
+        confidence=0.5 if sig.cascade or sig.weak else 0.9,
+        evidence=evidence,
         cascade=sig.cascade,
         signature=sig.id,
+        severity="warning" if sig.remedy in EVIDENCE_ONLY else "critical",
+        remedy=sig.remedy,
     )
 
 
 MAX_HELD = 64  # cascade lines kept whole while waiting for a root cause
+MAX_UNCLASSIFIED = 16  # fatal-looking lines kept while waiting to see whether the job stops
 
 
 class CrashDetector:
@@ -77,7 +72,17 @@ class CrashDetector:
         self._held_extra = 0
         self._held_nodes: set[str] = set()
         self._held_ranks: set[int] = set()
-        self._storms: dict[str, deque[float]] = {}
+        self._storms: dict[tuple[str, str], deque[float]] = {}
+        self._fatal_lines: list[LogRecord] = []
+        self.emitted = 0  # findings reported since the last reset (a job that explained itself)
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        # Snapshots of earlier versions resume (no unclassified lines, storms keyed by signature only).
+        state.setdefault("_fatal_lines", [])
+        state.setdefault("emitted", 0)
+        state["_storms"] = {}
+        for name, value in state.items():
+            setattr(self, name, value)
 
     def _clear_overflow(self) -> None:
         self._held_extra = 0
@@ -87,17 +92,26 @@ class CrashDetector:
     def observe(self, record: LogRecord) -> list[Finding]:
         match = match_line(record.line)
         if match is None:
+            self.observe_unmatched(record)
             return []
         return self.observe_match(record, match)
 
+    def observe_unmatched(self, record: LogRecord) -> None:
+        """A line no signature explains: keep it if it looks fatal."""
+        if len(self._fatal_lines) < MAX_UNCLASSIFIED and looks_fatal(record.line):
+            self._fatal_lines.append(record)
+
     def observe_match(self, record: LogRecord, match: SignatureMatch) -> list[Finding]:
         """Like :meth:`observe`, for a line already matched against the catalogue."""
-        if match.signature.severity == "warning":
+        sig = match.signature
+        if sig.severity == "warning":
             return self._storm(record, match)
         finding = finding_from_line(record, match)
-        if finding.cascade:
+        if finding.cascade or sig.weak:
             # A 1,000-node job times out on every rank at once: keep the first lines as
-            # evidence, and only the places of the rest, so memory stays bounded.
+            # evidence, and only the places of the rest, so memory stays bounded. A bare
+            # exception is held too: it is usually a cascade surfacing in Python, or the
+            # header of a traceback whose next lines name the real error.
             if len(self._held) < MAX_HELD:
                 self._held.append(finding)
             else:
@@ -109,15 +123,18 @@ class CrashDetector:
         self._clear_overflow()
         for cascade in held[:5]:
             finding.evidence.extend(cascade.evidence[:1])
+        self._fatal_lines.clear()  # explained
+        self.emitted += 1
         return [finding]
 
     def _storm(self, record: LogRecord, match: SignatureMatch) -> list[Finding]:
-        """Warnings matter in storms: ``storm`` lines within ``storm_window_s``, reported once per window."""
+        """Warnings matter in storms: ``storm`` lines within ``storm_window_s`` (per signature and device)."""
         sig = match.signature
         ts: float = record.ts  # type: ignore[assignment]
-        times = self._storms.get(sig.id)
+        key = (sig.id, f"{record.node}:{match.fields.get('pci', '')}")
+        times = self._storms.get(key)
         if times is None:
-            times = self._storms[sig.id] = deque()
+            times = self._storms[key] = deque()
         times.append(ts)
         while times and times[0] < ts - sig.storm_window_s:
             times.popleft()
@@ -127,6 +144,7 @@ class CrashDetector:
         finding.onset_ts = times[0]
         finding.evidence.append(f"{len(times)} such lines within {sig.storm_window_s:g}s")
         times.clear()
+        self.emitted += 1
         return [finding]
 
     def advance(self, watermark: float) -> list[Finding]:
@@ -135,11 +153,12 @@ class CrashDetector:
         return self.flush(watermark)
 
     def flush(self, now: float) -> list[Finding]:
-        """Report the held cascade now (the job has ended: no root error is coming)."""
+        """Report the held cascade now (the hold expired, the job ended, or the input did)."""
         if not self._held:
             return []
         held, self._held = self._held, []
-        first = min(held, key=lambda f: f.onset_ts)
+        cascades = [f for f in held if f.cascade] or held
+        first = min(cascades, key=lambda f: f.onset_ts)
         first.detected_at = now
         first.nodes = sorted({n for f in held for n in f.nodes} | self._held_nodes)
         first.ranks = sorted({r for f in held for r in f.ranks} | self._held_ranks)
@@ -147,9 +166,58 @@ class CrashDetector:
         lines = len(held) + self._held_extra
         first.evidence.append(f"{lines} cascade line(s) and no root error within {self.cascade_hold_s:g}s")
         self._clear_overflow()
+        self._fatal_lines.clear()
+        self.emitted += 1
         return [first]
+
+    def flush_expired(self) -> list[Finding]:
+        """The input ended: report the held cascade as its hold would have, ``cascade_hold_s`` after it began."""
+        if not self._held:
+            return []
+        return self.flush(self._held[0].onset_ts + self.cascade_hold_s)
+
+    @property
+    def fatal_pending(self) -> bool:
+        """Fatal-looking lines no signature explained are waiting (see :meth:`unclassified`)."""
+        return bool(self._fatal_lines)
+
+    def discard_unclassified(self) -> None:
+        """The job went on after them: those lines were not fatal after all."""
+        self._fatal_lines.clear()
+
+    def unclassified(self, now: float) -> list[Finding]:
+        """The job stopped or ended after fatal-looking lines no signature explains: report them.
+
+        >>> det = CrashDetector()
+        >>> det.observe(LogRecord(ts=5.0, job_id="7", node="n1", line="terminate called after throwing 'X'"))
+        []
+        >>> [(f.category, f.layer) for f in det.unclassified(60.0)]
+        [('unclassified', 'unknown')]
+        """
+        if not self._fatal_lines:
+            return []
+        lines, self._fatal_lines = self._fatal_lines, []
+        first = lines[0]
+        self.emitted += 1
+        return [
+            Finding(
+                kind="crash",
+                category="unclassified",
+                layer="unknown",
+                onset_ts=first.ts,  # type: ignore[arg-type]
+                detected_at=now,
+                nodes=sorted({r.node for r in lines}),
+                ranks=sorted({r.rank for r in lines if r.rank is not None}),
+                confidence=0.4,
+                evidence=[evidence_line(r.node, r.rank, r.line) for r in lines[:8]]
+                + ["no catalogue signature explains these lines; the job stopped after them"],
+                signature="unclassified",
+            )
+        ]
 
     def reset(self) -> None:
         self._held.clear()
         self._clear_overflow()
         self._storms.clear()
+        self._fatal_lines.clear()
+        self.emitted = 0

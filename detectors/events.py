@@ -208,6 +208,11 @@ class Action(msgspec.Struct, kw_only=True, gc=False):
 
 
 class Tick(msgspec.Struct, frozen=True, gc=False):
-    """The event-time clock passed ``watermark``: deadlines up to it may fire."""
+    """The event-time clock passed ``watermark``: deadlines up to it may fire.
+
+    ``final``: the input has ended (the end of a replay, a clean shutdown). Holds that wait
+    for the clock are released; the end of the data is not a hang.
+    """
 
     watermark: float
+    final: bool = False

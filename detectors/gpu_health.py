@@ -20,11 +20,11 @@ from collections import deque
 
 import msgspec
 
-from detectors.crash import Finding
+from detectors.findings import Finding
 from detectors.drift import DriftDetector
 from detectors.events import GpuSample
 from detectors.gpu_peers import throttle_mask
-from detectors.signatures import XID_CLASSES
+from detectors.xid import xid_info
 
 
 class GpuHealthSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -40,6 +40,8 @@ class GpuHealthSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     # an idle GPU should sit still, so a new excursion is a part going bad.
     drift_threshold: float = 0.4
     drift_idle_util_pct: float = 5.0
+    # An Xid NVIDIA says to ignore (43, 63, 92 …) this many times within an hour on one GPU is worth a warning.
+    ignored_xid_burst: int = 3
 
 
 _BURSTS = (
@@ -72,7 +74,7 @@ class GpuHealth:
         self._last[key] = sample
         found: list[Finding] = []
         if sample.xid is not None:
-            found += [f for f in xid_findings(sample) if self._cool(sample, f.category)]
+            found += [f for f in xid_findings(sample) if self._xid_counts(sample, f) and self._cool(sample, f.category)]
         if prev is not None:
             dbe = _increase(prev.ecc_dbe_total, sample.ecc_dbe_total)
             if dbe:
@@ -104,12 +106,15 @@ class GpuHealth:
                     detector = self._drift[(sample.node, sample.gpu, field)] = DriftDetector()
                 score = detector.score_one(float(value))
                 if score >= s.drift_threshold:
-                    found += self._fire(
+                    # A score alone may warn (watch the node), never drain it: a drain needs a hard signal.
+                    for f in self._fire(
                         sample,
                         f"idle_{field.split('_')[0]}_drift",
                         None,
                         f"idle {field} {value:g} is novel for this GPU (score {score:.2f})",
-                    )
+                    ):
+                        f.severity = "warning"
+                        found.append(f)
         mask = throttle_mask(sample.throttle_reasons)
         slowed = self._throttled[key] = self._throttled.get(key, 0) + 1 if mask & 0xE8 else 0
         if slowed >= s.throttle_samples:
@@ -119,6 +124,23 @@ class GpuHealth:
                     found += self._fire(sample, category, None, f"{what} for {slowed} samples{idle}")
                     break
         return found
+
+    def _xid_counts(self, sample: GpuSample, finding: Finding) -> bool:
+        """Whether an Xid finding stands: always, unless NVIDIA says to ignore the code alone —
+        then only a burst (``ignored_xid_burst`` within an hour on one GPU) is worth a warning."""
+        if finding.severity == "critical":
+            return True
+        key = (sample.node, sample.gpu, finding.category)
+        times = self._counters.setdefault(key, deque())
+        ts = float(sample.ts)
+        times.append((ts, 0))
+        while times and times[0][0] < ts - 3600.0:
+            times.popleft()
+        if len(times) < self.settings.ignored_xid_burst:
+            return False
+        finding.evidence.append(f"{len(times)} times within 1h on this GPU")
+        times.clear()
+        return True
 
     def forget_samples(self) -> None:
         """Drop sample history (the GPUs were away, e.g. running a job); keep the cooldowns."""
@@ -208,10 +230,20 @@ def _increase(before: int | None, after: int | None) -> int:
 
 
 def xid_findings(sample: GpuSample) -> list[Finding]:
-    """A crash finding for an Xid event reported by NVML in a GPU sample."""
+    """A finding for an Xid event reported by NVML in a GPU sample, judged by NVIDIA's catalog.
+
+    An Xid NVIDIA says to ignore on its own (63: a row remap recorded, 43: a channel reset)
+    is a warning: notified, never acted on.
+    """
     if sample.xid is None:
         return []
-    layer, transient, name = XID_CLASSES.get(sample.xid, ("hardware", None, "unlisted Xid"))
-    finding = _gpu_finding(sample, "crash", f"xid_{sample.xid}", layer, transient, f"NVML Xid {sample.xid}: {name}")
+    info = xid_info(sample.xid)
+    kind = "gpu_degraded" if info.evidence_only else "crash"
+    why = f"NVML Xid {sample.xid}: {info.description} (NVIDIA: {info.immediate})"
+    finding = _gpu_finding(sample, kind, f"xid_{sample.xid}", info.layer, info.transient, why)
     finding.signature = "nvml_xid"
+    finding.remedy = info.remedy
+    finding.cascade = info.cascade
+    if info.evidence_only:
+        finding.severity = "warning"
     return [finding]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from detectors.crash import Finding
+from detectors.findings import Finding
 
 
 def _quantile(values: list[float], q: float) -> float:

@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from detectors.attribution import attribute_layer
-from detectors.crash import CrashDetector, Finding
+from detectors.crash import CrashDetector
+from detectors.findings import Finding
 from detectors.events import Anomaly, Event, GpuSample, JobEvent, LogRecord, NodeEvent, ProgressRecord
 from detectors.gpu_health import GpuHealth
 from detectors.gpu_peers import GpuPeers
@@ -136,6 +137,7 @@ class JobMonitor:
             return []
         match = match_line(rec.line)
         if match is None:
+            self.crash.observe_unmatched(rec)
             return []
         if match.signature.category == "nic_degraded":
             self._nic_warnings[rec.node] = ts  # evidence for localising a slowdown, not an anomaly by itself
@@ -158,6 +160,8 @@ class JobMonitor:
             return []
         if step == self._max_step:
             return []
+        if self.crash.fatal_pending:
+            self.crash.discard_unclassified()  # the job went on: those lines were not fatal
         found: list[Finding] = []
         if step_time is None and self._last_step_ts is not None and self._max_step >= 0:
             step_time = (ts - self._last_step_ts) / (step - self._max_step)
@@ -213,6 +217,9 @@ class JobMonitor:
             return []
         self.ended_at = ts
         self.hang.stop()
+        if state not in FAILED_STATES and state != "COMPLETED":
+            # Cancelled, timed out, preempted: what was held is still this job's story.
+            return self._emit(self.crash.flush(ts) or self.crash.unclassified(ts))
         if state in FAILED_STATES:
             category, layer = FAILED_STATES[state]
             evidence = [
@@ -220,7 +227,7 @@ class JobMonitor:
                 + (f" exit code {ev.exit_code}" if ev.exit_code is not None else "")
             ]
             # Cascade lines held when the job dies are its best-known cause (a lone NCCL timeout, say).
-            held = self.crash.flush(ts)
+            held = self.crash.flush(ts) or self.crash.unclassified(ts)
             for finding in held:
                 finding.evidence.extend(evidence)
             return self._emit(held or [Finding("crash", category, layer, ts, ts, confidence=0.6, evidence=evidence)])
@@ -278,12 +285,26 @@ class JobMonitor:
     def advance(self, watermark: float) -> list[Anomaly]:
         found = self.crash.advance(watermark)
         hang = self.hang.advance(watermark)
-        if hang is not None:
+        if hang is not None and self.crash.fatal_pending:
+            found += self.crash.unclassified(watermark)  # the job stopped after lines no signature explains
+        elif hang is not None:
             self._localise_hang(hang)
             found.append(hang)
         if self.ended_at is None and watermark >= self._next_lost_check:
             self._next_lost_check = watermark + LOST_GPU_CHECK_S
             found += self.health.lost(self.gpus.missing(watermark, self.settings.gpu.missing_after_s), watermark)
+        return self._emit(found)
+
+    def end_of_input(self, watermark: float) -> list[Anomaly]:
+        """The input ended (end of a replay, clean shutdown): release what waits on the clock.
+
+        Held cascades are reported as the hold would have reported them (detected when the hold
+        expires), and fatal-looking lines no signature explains as ``crash/unclassified``. No hang
+        or straggler is declared: the data stopping is not the job stopping.
+        """
+        found = self.crash.flush_expired()
+        if self.ended_at is None:
+            found += self.crash.unclassified(watermark)
         return self._emit(found)
 
     def finished(self, watermark: float) -> bool:
@@ -367,6 +388,10 @@ class NodeMonitor:
         found = self.crash.advance(watermark)
         found += self.health.lost(self.gpus.missing(watermark, self.settings.gpu.missing_after_s), watermark)
         return [self._anomaly(f, None) for f in found]
+
+    def end_of_input(self, watermark: float) -> list[Anomaly]:
+        """The input ended: report held kernel-log cascades as their hold would have."""
+        return [self._anomaly(f, None) for f in self.crash.flush_expired()]
 
     def finished(self, watermark: float) -> bool:
         return self.last_ts is not None and watermark > self.last_ts + self.idle_evict_s

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import deque
 from statistics import median
 
-from detectors.crash import Finding
+from detectors.findings import Finding
 
 
 class RankScorer:

@@ -247,8 +247,14 @@ class Router:
         return self._release(self.clock.watermark(wall)) if self._named else []
 
     def finish(self) -> list[tuple[str, Any]]:
-        """End of a finite input: everything has arrived; release it all and tick to the newest event."""
-        return self._release(self.clock.finish())
+        """End of a finite input: everything has arrived; release it all, tick to the newest event,
+        then tell every active key that the input ended (a final :class:`Tick`)."""
+        watermark = self.clock.finish()
+        out = self._release(watermark)
+        if self._named:
+            final = Tick(watermark, final=True)
+            out.extend((key, final) for key in self.active)
+        return out
 
     @property
     def buffered(self) -> int:

@@ -1,0 +1,619 @@
+"""The log signature catalogue: one table of fatal and suspicious log lines, as real software prints them.
+
+Each :class:`Signature` names a regular expression, the category and layer of the
+failure it reveals, whether it is a *cascade* (a symptom every rank prints after
+some other rank failed, such as the NCCL watchdog timeout) or a *root* (an error
+that can start an incident), a transient/persistent hint, and an optional
+``extract`` pattern for fields (NCCL op/seqnum/timeout, exit code, PCI bus id).
+Order matters: the first match wins, so specific signatures come before general
+ones. ``warning`` signatures only count when they come as a storm (``storm``
+lines within ``storm_window_s``). ``weak`` roots (a bare Python exception) do not
+outrank a cascade already held: the exception is usually that cascade surfacing.
+
+The families were grown from real excerpts (``../shared/datasets/real-log-corpus/tune.jsonl``,
+never from its holdout part) and from NVIDIA's, PyTorch's, NCCL's, Slurm's and
+the kernel's own message texts. Layers follow the diagnosis operators reach:
+process deaths reported by launchers and schedulers, NCCL/c10d/socket/shared
+memory trouble, GSP firmware and host OOM kills are *system*; device memory,
+lost GPUs, PCIe/NVLink/InfiniBand physical faults are *hardware*; the job's own
+kernels, allocations and numerics are *application*.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    id: str
+    pattern: str
+    category: str
+    layer: str  # hardware | system | application | unknown
+    kind: str = "crash"
+    cascade: bool = False
+    transient: bool | None = None
+    severity: str = "fatal"  # fatal | error | warning
+    extract: str = ""
+    storm: int = 0  # warnings: this many lines within storm_window_s make an anomaly
+    storm_window_s: float = 300.0
+    weak: bool = False  # a last-resort root that does not outrank a held cascade
+    remedy: str | None = None  # what the node needs (NVIDIA's vocabulary: RESET_GPU, RESTART_BM, ...)
+    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    extract_regex: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "regex", re.compile(self.pattern))
+        object.__setattr__(self, "extract_regex", re.compile(self.extract) if self.extract else None)
+
+
+XID = "nvrm_xid"
+EXIT = "elastic_exitcode"
+_NCCL_FIELDS = r"SeqNum=(?P<seqnum>\d+), OpType=(?P<op>\w+)(?:.*?Timeout\(ms\)=(?P<timeout_ms>\d+))?"
+PCI = r"(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?)"
+_SYS = "system"
+_HW = "hardware"
+_APP = "application"
+
+CATALOGUE: tuple[Signature, ...] = (
+    # --- GPU driver (kernel log) and GPU health agents ------------------------------------------------------
+    # "Xid (PCI:0000:3b:00): 45, ... caused by previous Xid 149": the earlier Xid is the cause.
+    Signature(
+        XID,
+        r"\bXid \((?:PCI:)?(?P<pci>[^)]*)\):? (?P<xid>\d+)(?:.*?caused by previous Xid (?P<cause_xid>\d+))?",
+        "xid",
+        _HW,
+    ),
+    # Kubernetes device plugins, DCGM and node agents that name an Xid they saw.
+    Signature(
+        "agent_xid",
+        r"XidCriticalError: Xid=(?P<xid>\d+)|EventType:8 EventData:(?P<xid2>\d+)|"
+        r"DCGM_FI_DEV_XID_ERRORS\S*\s+(?P<xid3>[1-9]\d*)\b|\bXID[ =:]+(?P<xid4>\d{1,3})\b.*(?i:unhealthy)|"
+        r"(?i:detected xid(?: error)?\W+)(?P<xid5>\d{1,3})\b|(?i:xid error )(?P<xid6>\d{1,3})\b",
+        "xid",
+        _HW,
+    ),
+    Signature("nvswitch_sxid", r"SXid \(PCI:(?P<pci>[0-9a-fA-F:.]+)\): (?P<sxid>\d+)", "sxid", _HW),
+    Signature(
+        "gpu_lost",
+        r"GPU is lost|fallen off the bus|NV_ERR_GPU_IS_LOST|GPU lost from the bus|"
+        r"Unable to determine the device handle for (?:GPU )?[0-9a-fA-F:.]+: (?:Unknown Error|GPU is lost)|"
+        r"\b[0-9a-f]{2}:[0-9a-f]{2}\.0 (?:VGA compatible|3D) controller: NVIDIA Corporation.*\(rev ff\)|"
+        r"nvidia \S+: AER: can't recover|NVRM: GPU [0-9a-fA-F:.]+: GPU has fallen off|"
+        r"device (?:is |was )?marked unhealthy|[Mm]arking (?:it|device \S+) unhealthy|GPU requires reset|"
+        r"NVML_ERROR_GPU_IS_LOST|GPU has fallen off|Unable to determine the device handle for GPU\d+",
+        "gpu_lost",
+        _HW,
+        transient=False,
+        extract=PCI,
+        remedy="RESTART_BM",
+    ),
+    Signature(
+        "gpu_init_failed",
+        r"RmInitAdapter failed|rm_init_adapter failed|Cannot attach gpu|NVRM: GPU [0-9a-fA-F:.]+: Failed to enable",
+        "gpu_init_failed",
+        _HW,
+        transient=False,
+        extract=PCI,
+        remedy="RESET_GPU",
+    ),
+    # A node (or container) where the driver sees no GPU at all: the driver or the runtime, not a part.
+    Signature(
+        "no_gpu_found",
+        r"No devices were found|No devices found\. Waiting indefinitely|NVRM: No NVIDIA (?:graphics adapter|GPU) "
+        r"(?:probed|found)|NVIDIA probe routine was not called|Failed to initialize NVML: |NVML: Driver Not Loaded|"
+        r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver|"
+        r"no CUDA-capable device is detected|CUDA-capable devices? (?:is|are) busy or unavailable|"
+        r"cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|cudaErrorDevicesUnavailable|system not yet initialized|"
+        r"cudaErrorSystemNotReady|[Ff]abric ?[Mm]anager.*(?:failed|not running|error)|"
+        r"Found no NVIDIA driver on your system|NVIDIA driver on your system is too old",
+        "gpu_missing",
+        _SYS,
+        transient=False,
+    ),
+    Signature(
+        "pcie_fatal",
+        r"PCIe Bus Error: severity=Uncorrected \(Fatal\)|AER: (?:Multiple )?Uncorrected \(Fatal\) error|"
+        r"Surprise Down Error|AER: device recovery failed",
+        "pcie_fatal",
+        _HW,
+        transient=False,
+        extract=PCI,
+        remedy="RESTART_BM",
+    ),
+    Signature(
+        "nvlink_down",
+        r"^\s*(?:D\s+){4,}D\s*$|(?i:nvlink.*link (?:is )?(?:down|inactive))\b",
+        "nvlink_down",
+        _HW,
+        transient=False,
+        remedy="WORKFLOW_NVLINK_ERR",
+    ),
+    Signature(
+        "cuda_contained",
+        r"CUDA_ERROR_CONTAINED|cudaErrorContained",
+        "gpu_contained_error",
+        _HW,
+        transient=True,
+    ),
+    # --- GPU memory (ECC) ------------------------------------------------------------------------------------
+    Signature(
+        "cuda_ecc",
+        r"(?i:uncorrectable ECC error)|CUDA_ERROR_ECC_UNCORRECTABLE|cudaErrorECCUncorrectable|ECC_DBE_VOL_TOTAL`?\s*\|"
+        r"\s*[1-9]|double bit ECC error",
+        "ecc_dbe",
+        _HW,
+        transient=False,
+        remedy="WORKFLOW_XID_48",
+    ),
+    Signature(
+        "ecc_sbe_storm",
+        r"ECC_SBE_(?:VOL|AGG)_TOTAL`?\s*\|\s*[\d,.eE+]{6,}|(?i:single[- ]bit ECC errors? (?:rate|storm|exceeded))|"
+        r"(?i:retired pages? pending)|remapped_rows_pending\W+[1-9]|ROW_REMAP_FAILURE`?\s*\|\s*[1-9]",
+        "ecc_sbe_burst",
+        _HW,
+        kind="gpu_degraded",
+        transient=False,
+    ),
+    Signature(
+        "host_ecc",
+        r"EDAC MC\d+: \d+ (?:CE|UE) ",
+        "host_memory_ecc",
+        _HW,
+        kind="gpu_degraded",
+        transient=False,
+    ),
+    # --- CUDA ------------------------------------------------------------------------------------------------
+    # PyTorch's caching allocator says "Tried to allocate": the job asked for too much.
+    Signature(
+        "cuda_oom",
+        r"CUDA out of memory|OutOfMemoryError|RESOURCE_EXHAUSTED: Out of memory|Resource exhausted: Out of memory|"
+        r"NCCL WARN Cuda failure '?out of memory|Failed to CUDA calloc|CUBLAS_STATUS_ALLOC_FAILED|"
+        r"CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation: out of memory|HIP out of memory|"
+        r"ran out of memory (?:trying|while trying) to allocate|Allocator \(GPU_\d+_bfc\) ran out of memory|"
+        r"OOM when allocating tensor|torch\.OutOfMemoryError|cudaMalloc (?:failed|retry failed).*out of memory|"
+        r"ResourceExhaustedError.*(?:OOM|[Oo]ut of memory)|XlaRuntimeError: RESOURCE_EXHAUSTED",
+        "oom",
+        _APP,
+        transient=False,
+    ),
+    # The same error from a plain CUDA runtime call, with no allocator message, is
+    # what a failing device produces (BLOOM tr1-13B: a faulty GPU, re-allocated).
+    Signature("cuda_oom_runtime", r"CUDA error: out of memory|cudaErrorMemoryAllocation", "oom", _HW),
+    Signature(
+        "cuda_illegal_address",
+        r"illegal memory access|misaligned address|illegal instruction|an illegal address|cudaErrorIllegalAddress|"
+        r"CUDA_ERROR_ILLEGAL_ADDRESS|invalid configuration argument|too many resources requested for launch|"
+        r"operation not permitted when stream is capturing|CUDA error: invalid argument|"
+        r"CUDA error: invalid resource handle|CUDA error: an illegal",
+        "cuda_illegal_address",
+        _APP,
+        transient=False,
+    ),
+    # A kernel's own assert, as the device prints it (one line per failing thread), or as the host reports it.
+    Signature(
+        "cuda_device_assert",
+        r"device-side assert|\.cu:\d+: .*block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion|"
+        r"\.cu:\d+: .*Assertion `.*` failed",
+        "cuda_device_assert",
+        _APP,
+        transient=False,
+    ),
+    # A launch failure surfacing in the NCCL watchdog is the device failing under a
+    # collective; in the application's own stream it is the application's kernel.
+    Signature(
+        "cuda_launch_failure_watchdog",
+        r"watchdog thread terminated with exception: CUDA error: unspecified launch failure",
+        "cuda_launch_failure",
+        _HW,
+    ),
+    Signature("cuda_launch_failure", r"unspecified launch failure", "cuda_launch_failure", _APP),
+    Signature("cuda_unknown_error", r"CUDA error: unknown error|cudaErrorUnknown", "cuda_unknown_error", _HW),
+    # The CUDA stack (driver, toolkit, cuDNN) that does not fit the GPU or the build: environment, not code.
+    Signature(
+        "cuda_environment",
+        r"CUDNN_STATUS_INTERNAL_ERROR|CUDNN_STATUS_NOT_INITIALIZED|CUDA driver version is insufficient|"
+        r"cudaErrorInsufficientDriver|forward compatibility was attempted on non supported HW|"
+        r"cuda runtime error \((?:35|3)\)|CUDA_ERROR_NOT_INITIALIZED|cudaErrorInitializationError|"
+        r"CUDA error: initialization error|Cuda failure '?initialization error|"
+        r"operation cannot be performed in the present state|PTX JIT compiler library not found|"
+        r"peer access is not supported between these two devices|CUDA error: the launch timed out|"
+        r"CUDA error: operation not supported|cudaErrorNotSupported|CUDA error: CUDA driver version",
+        "cuda_environment",
+        _SYS,
+        transient=False,
+    ),
+    Signature(
+        "cuda_arch_mismatch",
+        r"no kernel image is available for execution|with CUDA capability sm_\d+ is not compatible with the current "
+        r"PyTorch installation|invalid device function|cudaErrorNoKernelImageForDevice",
+        "cuda_arch_mismatch",
+        _APP,
+        transient=False,
+    ),
+    Signature(
+        "cublas_cudnn",
+        r"CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|CUBLAS failure|kernel execution error\.",
+        "cuda_library_error",
+        _APP,
+    ),
+    Signature(
+        "cuda_error",
+        r"CUDA error: |cuda runtime error|CUDA Error: |THCudaCheck FAIL|GPUassert: |CUDA status Error",
+        "cuda_error",
+        _APP,
+    ),
+    # --- Network: InfiniBand / RoCE / EFA -------------------------------------------------------------------
+    Signature(
+        "ib_retry_exceeded", r"[Tt]ransport retry count exceeded|retry exceeded error", "ib_link", _HW, transient=True
+    ),
+    Signature(
+        "ucx_transport_error",
+        r"UCX\s+ERROR .*(?:Endpoint timeout|Connection reset by remote peer|Input/output error|[Tt]ransport error)|"
+        r"NETDEV WATCHDOG: \S+ \(mlx\d_core\): transmit queue \d+ timed out|\bib\d+: carrier lost|"
+        r"RNR retry count exceeded|Remote (?:access|operation) error",
+        "ib_link",
+        _HW,
+        transient=True,
+    ),
+    Signature(
+        "ib_async_fatal",
+        r"Got async event : (?:local catastrophic error|port error|device fatal)|"
+        r"(?:LOC_CATAS_ERROR|IBV_EVENT_DEVICE_FATAL|IBV_EVENT_PORT_ERR)",
+        "ib_link",
+        _HW,
+        transient=False,
+    ),
+    Signature(
+        "nccl_ib_completion_error",
+        r"NET/IBP?\s*:.*(?:completion|Got completion).*(?:error|status=)\s*\d+|"
+        r"NET/IB.*(?:vendor err|status=\d+)|IBV_WC_(?!SUCCESS)\w+|CQ state error|ibv_poll_cq failed|"
+        r"wc status\s*=?\s*(?:12|5)\b",
+        "ib_link",
+        _HW,
+        transient=True,
+    ),
+    # The physical link is gone (no cable, no light): the part or the cable.
+    Signature(
+        "ib_port_physical_down",
+        r"(?i:physical[_ ]state:?\s*(?:POLLING|DISABLED|LinkDown))|"
+        r"mlx5_core \S+: (?:Port module event(?:\[error\])?: .*(?:unplugged|[Ee]rror|overheat|power budget)|.*link down)|mlx5_\d+/\d+: port \d+ (?:went )?down|"
+        r"\bib\w*\d+: (?:Link|link) (?:is )?down\b",
+        "ib_link",
+        _HW,
+        transient=True,
+    ),
+    # The port is physically up but logically down (no subnet manager, no configuration), or the
+    # verbs layer refuses the configuration: the fabric's software, not a part.
+    Signature(
+        "ib_port_logical_down",
+        r"^\s*State:\s*Down\s*$|\(Down\)\s*$|Port number \d+ state is Down|Couldn't set the link layer|"
+        r"Couldn't get context for the device",
+        "ib_link",
+        _SYS,
+        transient=False,
+    ),
+    Signature(
+        "ib_setup_failed",
+        r"Call to ibv_\w+ failed|ibv_\w+ failed with error|ncclIbRoceGetVersionNum|NET/OFI Couldn't|"
+        r"mlx5_load_one failed|mlx5_core.*(?:handle_hca_cap failed|probe of .* failed)|"
+        r"transport/net_ib\.cc:\d+ -> \d|send completion with error|local protection error|NET/OFI.*ERROR",
+        "ib_link",
+        _SYS,
+        transient=False,
+    ),
+    # A NIC that trained down to a lower link speed or width still works, slowly: every
+    # collective of every job on the node waits for it.
+    Signature(
+        "nic_link_degraded",
+        r"(?i)mlx5_core.*link (?:speed|width) (?:degraded|downgraded)|"
+        r"\bib\d+:.*(?:speed|width) (?:degraded|downgraded)",
+        "nic_degraded",
+        _HW,
+        kind="straggler",
+        severity="warning",
+    ),
+    # --- NCCL / torch.distributed --------------------------------------------------------------------------
+    Signature(
+        "nccl_invalid_usage",
+        r"ncclInvalidUsage|invalid usage of NCCL|Duplicate GPU detected|ncclInvalidArgument",
+        "nccl_error",
+        _APP,
+        transient=False,
+    ),
+    Signature(
+        "nccl_watchdog_timeout",
+        r"Watchdog caught collective operation timeout|collective operation timeout|"
+        r"NCCL (?:communicator|work) .*timed out|Some NCCL operations have failed or timed out|"
+        r"failure detected by watchdog at work sequence id|Timeout at NCCL work|"
+        r"watchdog got stuck for \d+ seconds|Heartbeat monitor timed out|detected no heartbeat of its watchdog|"
+        r"Timed out initializing process group in store based barrier|got error: Socket Timeout|"
+        r"timed out in blocking wait|NCCL_BLOCKING_WAIT.*timed out|Operation timed out!?\s*$",
+        "nccl_timeout",
+        _SYS,
+        cascade=True,
+        transient=True,
+        extract=_NCCL_FIELDS,
+    ),
+    Signature(
+        "nccl_shm",
+        r"Error while creating shared memory segment|posix_fallocate failed|failed to extend /dev/shm|"
+        r"NCCL WARN .*(?:shm|/dev/shm).*(?:No space left|failed)|unable to allocate shared memory",
+        "nccl_error",
+        _SYS,
+        transient=False,
+    ),
+    Signature(
+        "nccl_socket",
+        r"NCCL WARN (?:socket\w*|Net|NET/Socket|Socket)\b.*(?:failed|closed|reset|refused|timed out|abort)|"
+        r"WARN Socket creation failed|socketStartConnect: Connect to .* failed|Connection closed by remote peer|"
+        r"NCCL WARN Call to (?:connect|recv|send|accept|bind) .*failed",
+        "nccl_error",
+        _SYS,
+        transient=True,
+    ),
+    Signature(
+        "nccl_cuda_failure",
+        r"NCCL WARN Cuda failure|NCCL WARN .*(?:cuMem|cuMulticast|NVLS).*failed|ncclUnhandledCudaError|"
+        r"Failed to bind NVLink SHARP",
+        "nccl_error",
+        _SYS,
+        transient=True,
+    ),
+    Signature(
+        "nccl_error",
+        r"NCCL error|ncclSystemError|ncclRemoteError|ncclInternalError|"
+        r"unhandled system error|remote process exited|NCCL WARN Net : .*failed|"
+        r"NCCL WARN .*Failed to execute operation|NCCL WARN .*(?:Error|error|failed)\b",
+        "nccl_error",
+        _SYS,
+        transient=True,
+    ),
+    # The c10d watchdog died of something its line does not name (it names timeouts and CUDA errors above).
+    Signature(
+        "nccl_watchdog_exception",
+        r"watchdog thread terminated with exception",
+        "nccl_timeout",
+        _SYS,
+        cascade=True,
+        transient=True,
+    ),
+    # A communicator torn down because of an earlier failure: that failure is the story.
+    Signature(
+        "nccl_aborted",
+        r"NCCL communicator was aborted|ncclCommAbort|Abort COMPLETE|communicator .* aborted",
+        "nccl_error",
+        _SYS,
+        cascade=True,
+        transient=True,
+    ),
+    # Mismatched collectives across ranks are the program's bug.
+    Signature(
+        "collective_mismatch",
+        r"Monitored Barrier encountered error|CollectiveFingerPrint|Detected mismatch between collectives",
+        "collective_mismatch",
+        _APP,
+        transient=False,
+    ),
+    Signature(
+        "tcpstore",
+        r"TCPStore|RendezvousError|RendezvousTimeoutError|RendezvousClosedError|RendezvousConnectionError|"
+        r"rendezvous.*(?:failed|timed out)|\[c10d\] The client socket has timed out|"
+        r"\[c10d\].*(?:Connection reset by peer|Connection refused|recvValue failed|Read callback failed)|"
+        r"connect\(\) timed out\. Original timeout|c10d store has failed|DistStoreError|DistNetworkError|"
+        r"server socket has failed to (?:listen|bind)|Timed out waiting for clients|"
+        r"Timed out after \d+ seconds waiting for clients|EADDRINUSE|[Aa]ddress already in use",
+        "rendezvous",
+        _SYS,
+        cascade=True,
+        transient=True,
+    ),
+    Signature(
+        "gloo_connection",
+        r"gloo.*(?:Connection reset by peer|Connection closed by peer|Read error)",
+        "rendezvous",
+        _SYS,
+        cascade=True,
+        transient=True,
+    ),
+    # --- Process deaths, as launchers and schedulers report them --------------------------------------------
+    Signature(
+        EXIT,
+        r"exitcode\s*:\s*(?P<exit_code>-?\d+)|exits? with return code\s*=?\s*(?P<exit_code2>-?\d+)",
+        "process_crash",
+        _SYS,
+        cascade=True,
+    ),
+    Signature("elastic_child_failed", r"ChildFailedError|Root Cause \(first observed failure\)", "process_crash",
+              _SYS, cascade=True),
+    Signature(
+        "launcher_killed",
+        r"Received \d+ death signal, shutting down workers|sigkill_handler\]|Killing subprocess \d+|"
+        r"WTERMSIG \d+|srun: error: .*: tasks? [\d,-]+: (?:Killed|Terminated|Exited with exit code [1-9]\d*)|"
+        r"Force Terminated (?:job|StepId)|terminated with signal SIG\w+|terminated with exit code [1-9]|"
+        r"exited on signal \d+|died with <Signals\.SIG\w+|Signal \d+ \(SIG\w+\) received by PID|"
+        r"mpirun noticed that process rank|process returned a non-zero exit code|"
+        r"exit(?:ed)? (?:with )?(?:code|status) (?:13[4-9]|143)\b|Worker group FAILED|"
+        r"[Cc]hild process .*(?:terminated|died|killed)",
+        "process_crash",
+        _SYS,
+        cascade=True,
+    ),
+    Signature(
+        "host_oom_killer",
+        r"Out of memory: Killed process|oom-kill|oom_kill|OOM Killed|Out Of Memory\s*$|"
+        r"Some of your processes may have been killed by the cgroup out-of-memory handler|"
+        r"^\s*(?:Killed|已杀死)\s*$|task \d+: Out Of Memory|Memory cgroup out of memory|[Ee]xceeded (?:job |step )?"
+        r"memory limit|is killed by signal: Killed|invoked oom-killer|exit (?:code|status) 137\b",
+        "host_oom",
+        _SYS,
+        transient=False,
+    ),
+    Signature(
+        "shm_bus_error",
+        r"Unexpected bus error encountered in worker|insufficient shared memory \(shm\)|: Bus error\b|"
+        r"DataLoader worker \(pid.*\) is killed by signal: Bus error",
+        "process_crash",
+        _SYS,
+        transient=False,
+    ),
+    Signature(
+        "segfault",
+        r"Segmentation fault|SIGSEGV|segfault at|Signals\.SIGSEGV|Fatal Python error: (?:Aborted|Bus error)",
+        "segfault",
+        _SYS,
+    ),
+    Signature(
+        "sigabrt",
+        r"SIGABRT|Aborted\s+\(core dumped\)|\bAborted \(core dumped\)",
+        "process_crash",
+        _SYS,
+    ),
+    Signature(
+        "ray_worker_died",
+        r"The actor is dead because its worker process has died|RayActorError|Worker exit type: SYSTEM_ERROR",
+        "process_crash",
+        _SYS,
+        transient=True,
+    ),
+    Signature(
+        "host_kernel_trouble",
+        r"soft lockup - CPU#\d+ stuck|blocked for more than \d+ seconds|Kernel panic|kernel BUG at|"
+        r"nfs: server \S+ not responding|LustreError: .*(?:timed out|evicted)|Lustre: .*(?:lost|evict)",
+        "host_kernel",
+        _SYS,
+        transient=True,
+    ),
+    # --- Scheduler -------------------------------------------------------------------------------------------
+    Signature(
+        "slurm_node_fail", r"DUE TO NODE FAILURE|NODE_FAIL|srun: error: Node failure on", "node_fail", _HW
+    ),
+    Signature(
+        "slurm_cancelled",
+        r"CANCELLED AT \S+ DUE TO (?:TIME LIMIT|PREEMPTION|JOB REQUEUE)",
+        "job_cancelled",
+        _SYS,
+        severity="error",
+    ),
+    # --- Numerics --------------------------------------------------------------------------------------------
+    Signature(
+        "nan_loss",
+        r"(?i:\bloss[^|]{0,40}?\b(?:nan|inf)\b|grad[ _]norm:?\s*(?:nan|inf)\b)|"
+        r"Model diverged with loss = NaN|NanLossDuringTrainingError|(?i:loss is (?:nan|inf))|"
+        r"Loss became infinite or NaN|(?i:non-finite (?:loss|grad))|is non-finite|"
+        r"(?i:detected (?:nan|inf)\b)|(?i:nan or inf found)",
+        "nan_loss",
+        _APP,
+        kind="numerics",
+        transient=False,
+    ),
+    # The dynamic loss scaler gave up: the scale fell below one, so every step overflows.
+    Signature(
+        "loss_scale_collapse",
+        r"(?:reducing (?:loss scale )?to|loss_scale\s*:)\s*(?:0\.\d+|\d(?:\.\d+)?e-\d+|[\d.]*[a-f][\w.]*-\d{2,})\b",
+        "nan_loss",
+        _APP,
+        kind="numerics",
+        transient=False,
+    ),
+    Signature(
+        "loss_scale_overflow",
+        r"OVERFLOW! Rank \d+ Skipping step|Gradient overflow\.\s+Skipping step",
+        "nan_loss",
+        _APP,
+        kind="numerics",
+        severity="warning",
+        storm=20,
+        storm_window_s=600,
+    ),
+    # --- Host / PCIe -------------------------------------------------------------------------------------------
+    Signature(
+        "pcie_aer_corrected",
+        r"AER: Corrected error|PCIe Bus Error: severity=Corrected",
+        "pcie_aer",
+        _HW,
+        kind="gpu_degraded",
+        severity="warning",
+        storm=50,
+        storm_window_s=60,
+    ),
+    # --- Last resort: an uncaught Python exception that no signature above explains is the
+    # training script's own (the history step calls it persistent on a repeat).
+    Signature(
+        "python_exception",
+        r"^(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?(?P<exception>[A-Z]\w*(?:Error|Exception)): ",
+        "python_exception",
+        _APP,
+        weak=True,
+    ),
+)
+
+# Lines that look fatal but that no signature explains: kept, and reported as
+# ``crash/unclassified`` when the job then stops or ends (never dropped silently).
+FATAL_LOOKING = re.compile(
+    r"^(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Interrupt)\b(?::|$)|"
+    r"terminate called after throwing|Assertion .* failed|\bFATAL\b|\bFatal error\b|Segmentation fault|"
+    r"core dumped|exit(?:ed with)? (?:code|status)\s*[:=]?\s*[1-9]|\bpanic\b|Traceback \(most recent call last\)|"
+    r"\bCRITICAL\b|\bF\d{4} \d\d:\d\d:\d\d"
+)
+
+# Coarse families, as operators (and the excerpt benchmarks) group failures.
+FAMILIES: dict[str, str] = {
+    "nccl_timeout": "nccl_timeout",
+    "nccl_error": "nccl_error",
+    "ib_link": "ib_link_error",
+    "nic_degraded": "ib_link_error",
+    "ecc_dbe": "ecc_error",
+    "ecc_sbe_burst": "ecc_error",
+    "host_memory_ecc": "ecc_error",
+    "row_remap_pending": "ecc_error",
+    "oom": "oom",
+    "host_oom": "oom",
+    "nan_loss": "nan_loss",
+    "process_crash": "process_crash",
+    "segfault": "process_crash",
+    "rendezvous": "process_crash",
+    "job_cancelled": "process_crash",
+    "collective_mismatch": "process_crash",
+    "sxid": "gpu_xid_hardware",
+    "gpu_lost": "gpu_xid_hardware",
+    "gpu_init_failed": "gpu_xid_hardware",
+    "gpu_missing": "gpu_xid_hardware",
+    "gpu_contained_error": "gpu_xid_hardware",
+    "pcie_fatal": "gpu_xid_hardware",
+    "nvlink_down": "gpu_xid_hardware",
+    "pcie_aer": "other",
+    "host_kernel": "process_crash",
+    "node_fail": "gpu_xid_hardware",
+    "cuda_environment": "cuda_error",
+    "python_exception": "process_crash",
+    "unclassified": "unknown",
+}
+
+# Cheap pre-filter: almost every line is progress or info; one search for any of
+# these words skips the full catalogue for them.
+PREFILTER = re.compile(
+    r"Xid|XID|GPU is lost|fallen off|GPU lost|GPU_IS_LOST|device handle|rev ff|AER|Surprise Down|RmInit|rm_init|"
+    r"Cannot attach|Failed to enable|No devices|No NVIDIA|probe routine|NVML|NVIDIA-SMI|unhealthy|EventType:8|"
+    r"D\s+D\s+D|nvlink|NvLink|NVLink|CONTAINED|Contained|ECC|EDAC|remap|retired|CUDA|cuda|Cuda|NCCL|"
+    r"Watchdog|watchdog|Heartbeat|timed out|Timed out|Timeout|illegal|misaligned|assert|Assertion|launch failure|"
+    r"CUBLAS|CUDNN|cuDNN|CuDNN|kernel execution|compatible with the current|invalid device|kernel image|"
+    r"retry|async event|LOC_CATAS|IBV_|CQ state|wc status|Flushed|ibv_|NET/|mlx5|physical|Physical|State:|Down|"
+    r"link|Link|OFI|protection error|shm|shared memory|socket|Socket|Connection|Connect|refused|failed|"
+    r"TCPStore|Rendezvous|rendezvous|c10d|gloo|ChildFailed|Root Cause|exitcode|return code|death signal|"
+    r"sigkill|Killing|WTERMSIG|srun: error|Force Terminated|Out of memory|Out Of Memory|Killed|已杀死|"
+    r"oom|OOM|RESOURCE_EXHAUSTED|Resource exhausted|Bus error|bus error|Segmentation|SIG|segfault|Aborted|"
+    r"actor is dead|RayActorError|SYSTEM_ERROR|DUE TO|NODE_FAIL|nan|NaN|inf\b|Inf\b|diverged|reducing|"
+    r"loss_scale|OVERFLOW|overflow|Monitored Barrier|CollectiveFingerPrint|mismatch|out-of-memory|cudaError|"
+    r"Error: |Exception: |GPUassert|THCudaCheck|DistStoreError|Fatal Python|HIP|ran out of memory|Allocator|"
+    r"OOM when|cudaMalloc|ResourceExhausted|XlaRuntime|invalid configuration|too many resources|"
+    r"stream is capturing|invalid argument|invalid resource|Memory cgroup|memory limit|killed by signal|"
+    r"oom-killer|exit code|exit status|exited|terminated with|died with|received by PID|mpirun|non-zero exit|"
+    r"Worker group|hild process|soft lockup|blocked for more|Kernel panic|kernel BUG|not responding|Lustre|"
+    r"Node failure|infinite|non-finite|DistNetwork|server socket|waiting for clients|EADDRINUSE|already in use|"
+    r"requires reset|GPU\d|CUDA-capable|CUDA_ERROR|system not yet|abric|NVIDIA driver|present state|PTX|"
+    r"peer access|launch timed|not supported|detected xid|Detected XID|XID|xid error|UCX|NETDEV|carrier|"
+    r"RNR|Remote access|Remote operation|ncclInvalid|invalid usage|Duplicate GPU|abort|Abort|"
+    r"watchdog thread"
+)

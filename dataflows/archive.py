@@ -23,11 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 from bytewax.outputs import FixedPartitionedSink, StatefulSinkPartition
 
 from detectors.events import Action, Anomaly, DeadLetter
+from detectors.lifecycle import latest_records
 
 _TS = pa.timestamp("us", tz="UTC")
 
@@ -47,6 +49,12 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("gpus", pa.list_(pa.string())),
             ("confidence", pa.float64()),
             ("evidence", pa.list_(pa.string())),
+            # Since the anomaly lifecycle: files written before lack these columns (read with
+            # :func:`read_dataset`, which fills them with nulls).
+            ("severity", pa.string()),
+            ("remedy", pa.string()),
+            ("resolved_at", _TS),
+            ("resolution", pa.string()),
         ]
     ),
     "actions": pa.schema(
@@ -75,8 +83,25 @@ SCHEMAS: dict[str, pa.Schema] = {
         ]
     ),
 }
-_TIME_FIELDS = {"detected_at", "onset_ts", "decided_at", "applied_at", "received_at", "ts"}
+_TIME_FIELDS = {"detected_at", "onset_ts", "decided_at", "applied_at", "received_at", "ts", "resolved_at"}
 _DATE_FIELD = {"anomalies": "detected_at", "actions": "decided_at", "dead_letter": "received_at"}
+
+
+def read_dataset(root: Path, dataset: str) -> pl.DataFrame:
+    """One archive dataset as a frame, whatever version wrote each file (missing columns are null).
+
+    Anomalies are published again when they resolve: this keeps one record per id (see
+    :func:`detectors.lifecycle.latest_records`).
+    """
+    empty = pl.from_arrow(SCHEMAS[dataset].empty_table())
+    assert isinstance(empty, pl.DataFrame)
+    files = sorted((root / dataset).rglob("*.parquet")) if (root / dataset).is_dir() else []
+    if not files:
+        return empty
+    frame = pl.concat([empty, *(pl.read_parquet(f) for f in files)], how="diagonal_relaxed")
+    if dataset == "anomalies":
+        frame = pl.from_dicts(latest_records(frame.to_dicts()), schema=frame.schema)
+    return frame
 
 
 def _row(dataset: str, item: Anomaly | Action | DeadLetter) -> dict[str, Any]:

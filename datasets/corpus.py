@@ -96,7 +96,11 @@ def write_replay(excerpts: list[Excerpt], directory: Path, gap_s: float = 0.0) -
     records = []
     for ex in excerpts:
         records += import_lines(
-            ex.text.splitlines(), job_id=ex.job_id, node=f"node-{ex.index:03d}", start=START_TS, interval=LINE_INTERVAL_S
+            ex.text.splitlines(),
+            job_id=ex.job_id,
+            node=f"node-{ex.index:03d}",
+            start=START_TS,
+            interval=LINE_INTERVAL_S,
         )
     if gap_s > 0:
         end = max(r["ts"] for r in records)

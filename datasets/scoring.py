@@ -25,6 +25,8 @@ from typing import Any
 import msgspec
 import polars as pl
 
+from detectors.lifecycle import latest_records
+
 # Which anomaly kinds can explain which fault kinds.
 COMPATIBLE: dict[str, set[str]] = {
     "crash": {"crash"},
@@ -68,10 +70,11 @@ def load_archive(path: Path) -> list[dict[str, Any]]:
     files = sorted(path.rglob("*.parquet"))
     if not files:
         return []
-    frame = pl.read_parquet(files)
-    rows = frame.to_dicts()
+    rows = pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed").to_dicts()
+    if rows and "anomaly_id" in rows[0] and "action_id" not in rows[0]:
+        rows = latest_records(rows)  # a resolution is the same anomaly published again
     for row in rows:
-        for key in ("detected_at", "onset_ts", "decided_at", "applied_at"):
+        for key in ("detected_at", "onset_ts", "decided_at", "applied_at", "resolved_at"):
             if row.get(key) is not None:
                 row[key] = _ts(row[key])
     return rows

@@ -278,7 +278,8 @@ CATALOGUE: tuple[Signature, ...] = (
     Signature(
         "ib_port_physical_down",
         r"(?i:physical[_ ]state:?\s*(?:POLLING|DISABLED|LinkDown))|"
-        r"mlx5_core \S+: (?:Port module event(?:\[error\])?: .*(?:unplugged|[Ee]rror|overheat|power budget)|.*link down)|mlx5_\d+/\d+: port \d+ (?:went )?down|"
+        r"mlx5_core \S+: (?:Port module event(?:\[error\])?: .*(?:unplugged|[Ee]rror|overheat|power budget)|"
+        r".*link down)|mlx5_\d+/\d+: port \d+ (?:went )?down|"
         r"\bib\w*\d+: (?:Link|link) (?:is )?down\b",
         "ib_link",
         _HW,
@@ -425,8 +426,13 @@ CATALOGUE: tuple[Signature, ...] = (
         _SYS,
         cascade=True,
     ),
-    Signature("elastic_child_failed", r"ChildFailedError|Root Cause \(first observed failure\)", "process_crash",
-              _SYS, cascade=True),
+    Signature(
+        "elastic_child_failed",
+        r"ChildFailedError|Root Cause \(first observed failure\)",
+        "process_crash",
+        _SYS,
+        cascade=True,
+    ),
     Signature(
         "launcher_killed",
         r"Received \d+ death signal, shutting down workers|sigkill_handler\]|Killing subprocess \d+|"
@@ -486,9 +492,7 @@ CATALOGUE: tuple[Signature, ...] = (
         transient=True,
     ),
     # --- Scheduler -------------------------------------------------------------------------------------------
-    Signature(
-        "slurm_node_fail", r"DUE TO NODE FAILURE|NODE_FAIL|srun: error: Node failure on", "node_fail", _HW
-    ),
+    Signature("slurm_node_fail", r"DUE TO NODE FAILURE|NODE_FAIL|srun: error: Node failure on", "node_fail", _HW),
     Signature(
         "slurm_cancelled",
         r"CANCELLED AT \S+ DUE TO (?:TIME LIMIT|PREEMPTION|JOB REQUEUE)",

@@ -179,6 +179,15 @@ def decode(topic: str, payload: bytes | str | None, partition: int = 0, offset: 
 
 
 class Anomaly(msgspec.Struct, kw_only=True, gc=False):
+    """An anomaly, open or resolved.
+
+    An anomaly is published when it opens and again, under the same ``anomaly_id``, when it
+    resolves (``resolved_at`` and ``resolution`` set: progress resumed, the job ended, the node
+    returned to service). Consumers keep the latest record per id. ``severity``: only
+    ``critical`` anomalies are acted on; ``warning`` and ``info`` ones are notified at most.
+    ``remedy``: what the node needs when known (NVIDIA's vocabulary for Xids).
+    """
+
     anomaly_id: str
     detected_at: float
     onset_ts: float | None = None
@@ -192,6 +201,14 @@ class Anomaly(msgspec.Struct, kw_only=True, gc=False):
     gpus: list[str] = []
     confidence: float = 0.5
     evidence: list[str] = []
+    severity: Literal["info", "warning", "critical"] = "critical"
+    remedy: str | None = None
+    resolved_at: float | None = None
+    resolution: str | None = None
+
+    @property
+    def resolved(self) -> bool:
+        return self.resolved_at is not None
 
 
 class Action(msgspec.Struct, kw_only=True, gc=False):

@@ -20,9 +20,9 @@ from collections import deque
 
 import msgspec
 
-from detectors.findings import Finding
 from detectors.drift import DriftDetector
 from detectors.events import GpuSample
+from detectors.findings import Finding
 from detectors.gpu_peers import throttle_mask
 from detectors.xid import xid_info
 

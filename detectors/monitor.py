@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from detectors.attribution import attribute_layer
 from detectors.crash import CrashDetector
-from detectors.findings import Finding
 from detectors.events import Anomaly, Event, GpuSample, JobEvent, LogRecord, NodeEvent, ProgressRecord
+from detectors.findings import Finding
 from detectors.gpu_health import GpuHealth
 from detectors.gpu_peers import GpuPeers
 from detectors.hang import HangDetector
@@ -65,6 +65,8 @@ def to_anomaly(scope: str, job_id: str | None, f: Finding) -> Anomaly:
         gpus=f.gpus,
         confidence=f.confidence,
         evidence=f.evidence[:10],
+        severity=f.severity,  # type: ignore[arg-type]
+        remedy=f.remedy,
     )
 
 

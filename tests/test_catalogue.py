@@ -16,112 +16,202 @@ from detectors.signatures import family_of, looks_fatal, match_line
 CASES = [
     # GPU lost, in its many wordings
     ("NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.", "xid_79", "hardware"),
-    ("NVRM: nvCheckOkFailedNoLog: Check failed: GPU lost from the bus [NV_ERR_GPU_IS_LOST] (0x0000000F)", "gpu_lost",
-     "hardware"),
+    (
+        "NVRM: nvCheckOkFailedNoLog: Check failed: GPU lost from the bus [NV_ERR_GPU_IS_LOST] (0x0000000F)",
+        "gpu_lost",
+        "hardware",
+    ),
     ("Unable to determine the device handle for GPU 0000:81:00.0: Unknown Error", "gpu_lost", "hardware"),
-    ("Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost.  Reboot the system to recover",
-     "gpu_lost", "hardware"),
+    (
+        "Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost.  Reboot the system to recover",
+        "gpu_lost",
+        "hardware",
+    ),
     ("I1203 10:00:00.000 health.go:120] 'nvidia.com/gpu' device marked unhealthy: GPU-1a2b", "gpu_lost", "hardware"),
     ("slurmstepd: error: NVML: Failed to get usage(15): GPU is lost", "gpu_lost", "hardware"),
     ("GPU 00000000:3B:00.0: GPU requires reset", "gpu_lost", "hardware"),
-    ("1c:00.0 VGA compatible controller: NVIDIA Corporation TU102GL [Quadro RTX 6000/8000] (rev ff)", "gpu_lost",
-     "hardware"),
+    (
+        "1c:00.0 VGA compatible controller: NVIDIA Corporation TU102GL [Quadro RTX 6000/8000] (rev ff)",
+        "gpu_lost",
+        "hardware",
+    ),
     # Agents naming an Xid
     ("XidCriticalError: Xid=48 on Device=GPU-5c8e, the device will go unhealthy.", "xid_48", "hardware"),
     ("Processing event {Device:{Handle:0xc0} EventType:8 EventData:79 GpuInstanceId:0}", "xid_79", "hardware"),
     # NVIDIA's catalog decides layers: an application fault, a GSP firmware timeout, a cause named in the line
     ("NVRM: Xid (PCI:0000:1a:00): 13, Graphics Exception: ESR 0x57e7b0=0x81e0017", "xid_13", "application"),
-    ("NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s of waiting for RPC response",
-     "xid_119", "system"),
-    ("NVRM: Xid (PCI:0000:9b:00): 45, pid=7, name=python, Ch 00000008 caused by previous Xid 149", "xid_149",
-     "hardware"),
+    (
+        "NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s of waiting for RPC response",
+        "xid_119",
+        "system",
+    ),
+    (
+        "NVRM: Xid (PCI:0000:9b:00): 45, pid=7, name=python, Ch 00000008 caused by previous Xid 149",
+        "xid_149",
+        "hardware",
+    ),
     ("nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Data {0x0000002b}", "sxid", "hardware"),
     # Driver / runtime without GPUs: system software
     ("Failed to initialize NVML: Driver/library version mismatch", "gpu_missing", "system"),
     ("RuntimeError: CUDA error: no CUDA-capable device is detected", "gpu_missing", "system"),
     ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", "gpu_missing", "system"),
     # PCIe
-    ("pcieport 0000:00:02.0: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer", "pcie_fatal",
-     "hardware"),
+    (
+        "pcieport 0000:00:02.0: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer",
+        "pcie_fatal",
+        "hardware",
+    ),
     # ECC
     ("RuntimeError: CUDA error: uncorrectable ECC error encountered", "ecc_dbe", "hardware"),
-    ("[  511.304636] EDAC MC0: 1 CE single-symbol chipkill ECC on P0_Node0_Channel5_Dimm0", "host_memory_ecc",
-     "hardware"),
+    (
+        "[  511.304636] EDAC MC0: 1 CE single-symbol chipkill ECC on P0_Node0_Channel5_Dimm0",
+        "host_memory_ecc",
+        "hardware",
+    ),
     # CUDA, the application's own
-    ("../aten/src/ATen/native/cuda/Indexing.cu:1284: indexSelectLargeIndex: block: [5,0,0], thread: [64,0,0] "
-     "Assertion `srcIndex < srcSelectDimSize` failed.", "cuda_device_assert", "application"),
+    (
+        "../aten/src/ATen/native/cuda/Indexing.cu:1284: indexSelectLargeIndex: block: [5,0,0], thread: [64,0,0] "
+        "Assertion `srcIndex < srcSelectDimSize` failed.",
+        "cuda_device_assert",
+        "application",
+    ),
     ("RuntimeError: CUDA error: device-side assert triggered", "cuda_device_assert", "application"),
     ("RuntimeError: CUDA error: an illegal memory access was encountered", "cuda_illegal_address", "application"),
     ("RuntimeError: CUDA error: invalid configuration argument", "cuda_illegal_address", "application"),
-    ("RuntimeError: CUDA error: no kernel image is available for execution on the device", "cuda_arch_mismatch",
-     "application"),
-    ("RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx( handle, opa)`",
-     "cuda_library_error", "application"),
+    (
+        "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+        "cuda_arch_mismatch",
+        "application",
+    ),
+    (
+        "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx( handle, opa)`",
+        "cuda_library_error",
+        "application",
+    ),
     ("RuntimeError: cuDNN error: CUDNN_STATUS_INTERNAL_ERROR", "cuda_environment", "system"),
     ("RuntimeError: CUDA error: initialization error", "cuda_environment", "system"),
     # OOM: the job's own (device) and the host's
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB", "oom", "application"),
-    ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 7406 bytes.",
-     "oom", "application"),
+    (
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 7406 bytes.",
+        "oom",
+        "application",
+    ),
     ("h100-1:2607512:4363182 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'", "oom", "application"),
     ("[441280.839852] Out of memory: Killed process 698405 (python) total-vm:49978204kB", "host_oom", "system"),
     ("slurmstepd: error: Detected 1 oom-kill event(s) in step 3495064.0 cgroup.", "host_oom", "system"),
     ("RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed.", "host_oom", "system"),
     ("Killed", "host_oom", "system"),
     # NCCL and torch.distributed
-    ("[rank1]:[E1002 18:16:40.662 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout: "
-     "WorkNCCL(SeqNum=2521, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600000 milliseconds", "nccl_timeout",
-     "system"),
+    (
+        "[rank1]:[E1002 18:16:40.662 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=2521, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600000 milliseconds",
+        "nccl_timeout",
+        "system",
+    ),
     ("[E ProcessGroupNCCL.cpp:488] Some NCCL operations have failed or timed out.", "nccl_timeout", "system"),
-    ("[rank0]:[E ProcessGroupNCCL.cpp:1316] [PG 5 Rank 0] Heartbeat monitor timed out! Process will be terminated",
-     "nccl_timeout", "system"),
-    ("RuntimeError: Timed out initializing process group in store based barrier on rank: 7", "nccl_timeout",
-     "system"),
-    ("gpu-1:93598:49225 [5] misc/socket.cc:483 NCCL WARN socketStartConnect: Connect to 10.0.0.2<17943> failed : "
-     "Software caused connection abort", "nccl_error", "system"),
+    (
+        "[rank0]:[E ProcessGroupNCCL.cpp:1316] [PG 5 Rank 0] Heartbeat monitor timed out! Process will be terminated",
+        "nccl_timeout",
+        "system",
+    ),
+    ("RuntimeError: Timed out initializing process group in store based barrier on rank: 7", "nccl_timeout", "system"),
+    (
+        "gpu-1:93598:49225 [5] misc/socket.cc:483 NCCL WARN socketStartConnect: Connect to 10.0.0.2<17943> failed : "
+        "Software caused connection abort",
+        "nccl_error",
+        "system",
+    ),
     ("include/shm.h:28 NCCL WARN Call to posix_fallocate failed: No space left on device", "nccl_error", "system"),
-    ("node-231:42367:42367 [1] transport/nvls.cc:254 NCCL WARN Cuda failure 401 'the operation cannot be performed'",
-     "nccl_error", "system"),
-    ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1275, unhandled system error",
-     "nccl_error", "system"),
+    (
+        "node-231:42367:42367 [1] transport/nvls.cc:254 NCCL WARN Cuda failure 401 'the operation cannot be performed'",
+        "nccl_error",
+        "system",
+    ),
+    (
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1275, unhandled system error",
+        "nccl_error",
+        "system",
+    ),
     ("ncclInvalidUsage: This usually reflects invalid usage of NCCL library.", "nccl_error", "application"),
-    ("RuntimeError: ProcessGroupWrapper: Monitored Barrier encountered error running collective", "collective_mismatch",
-     "application"),
-    ("[W506 00:43:56.240 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=3): Connection reset by peer",
-     "rendezvous", "system"),
-    ("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed.",
-     "rendezvous", "system"),
-    ("[E socket.cpp:860] [c10d] The client socket has timed out after 60s while trying to connect to (10.0.0.1, 29500)",
-     "rendezvous", "system"),
+    (
+        "RuntimeError: ProcessGroupWrapper: Monitored Barrier encountered error running collective",
+        "collective_mismatch",
+        "application",
+    ),
+    (
+        "[W506 00:43:56.240 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=3): Connection reset by peer",
+        "rendezvous",
+        "system",
+    ),
+    (
+        "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store "
+        "has failed.",
+        "rendezvous",
+        "system",
+    ),
+    (
+        "[E socket.cpp:860] [c10d] The client socket has timed out after 60s while trying to connect to "
+        "(10.0.0.1, 29500)",
+        "rendezvous",
+        "system",
+    ),
     # InfiniBand / RoCE: the physical link (hardware) and the fabric's software (system)
-    ("ib_mlx5_log.c:139  Transport retry count exceeded on mlx5_0:1/IB (synd 0x15 vend 0x81 hw_synd 0/0)", "ib_link",
-     "hardware"),
-    ("trn-83:5067:8933 [4] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from peer 10.197.7.83<54862> with "
-     "status=12 opcode=0 len=0 vendor err 129", "ib_link", "hardware"),
+    (
+        "ib_mlx5_log.c:139  Transport retry count exceeded on mlx5_0:1/IB (synd 0x15 vend 0x81 hw_synd 0/0)",
+        "ib_link",
+        "hardware",
+    ),
+    (
+        "trn-83:5067:8933 [4] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from peer 10.197.7.83<54862> with "
+        "status=12 opcode=0 len=0 vendor err 129",
+        "ib_link",
+        "hardware",
+    ),
     ("NCCL WARN NET/IBP : Got completion with error 5, opcode 0, len 0, vendor err 249", "ib_link", "hardware"),
     ("NCCL WARN NET/IB : Got async event : local catastrophic error", "ib_link", "hardware"),
     ("mlx5_core 0000:3b:00.0 ibp59s0: Link down", "ib_link", "hardware"),
     ("        Physical state: Polling", "ib_link", "hardware"),
     ("mlx5_core 0000:03:00.0: Port module event: module 0, Cable unplugged", "ib_link", "hardware"),
     ("        State: Down", "ib_link", "system"),
-    ("gpu-1:165099:194770 [0] misc/ibvwrap.cc:187 NCCL WARN Call to ibv_modify_qp failed with error Network is "
-     "unreachable", "ib_link", "system"),
+    (
+        "gpu-1:165099:194770 [0] misc/ibvwrap.cc:187 NCCL WARN Call to ibv_modify_qp failed with error Network is "
+        "unreachable",
+        "ib_link",
+        "system",
+    ),
     # Process deaths
-    ("E0813 06:19:49.809000 161210 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -9) "
-     "local_rank: 2 (pid: 829535) of binary: /usr/bin/python3", "process_crash", "system"),
-    ("torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal SIGKILL", "process_crash",
-     "system"),
+    (
+        "E0813 06:19:49.809000 161210 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -9) "
+        "local_rank: 2 (pid: 829535) of binary: /usr/bin/python3",
+        "process_crash",
+        "system",
+    ),
+    (
+        "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal SIGKILL",
+        "process_crash",
+        "system",
+    ),
     ("srun: error: node-3: task 289: Bus error", "process_crash", "system"),
     ("Fatal Python error: Segmentation fault", "segfault", "system"),
-    ("The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR", "process_crash",
-     "system"),
-    ("slurmstepd: error: *** JOB 867816 ON hgx-1175 CANCELLED AT 2021-05-11T12:06:17 DUE TO TIME LIMIT ***",
-     "job_cancelled", "system"),
+    (
+        "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR",
+        "process_crash",
+        "system",
+    ),
+    (
+        "slurmstepd: error: *** JOB 867816 ON hgx-1175 CANCELLED AT 2021-05-11T12:06:17 DUE TO TIME LIMIT ***",
+        "job_cancelled",
+        "system",
+    ),
     ("srun: error: Node failure on node-17", "node_fail", "hardware"),
     ("watchdog: BUG: soft lockup - CPU#12 stuck for 22s! [python:4242]", "host_kernel", "system"),
     # Numerics
-    ("04/24 02:03:38 - mmengine - INFO - Epoch(train) [17][ 50/290] grad_norm: nan  loss: 209.1800", "nan_loss",
-     "application"),
+    (
+        "04/24 02:03:38 - mmengine - INFO - Epoch(train) [17][ 50/290] grad_norm: nan  loss: 209.1800",
+        "nan_loss",
+        "application",
+    ),
     ("FloatingPointError: Loss became infinite or NaN at iteration=1234!", "nan_loss", "application"),
     ("Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 0.00390625", "nan_loss", "application"),
 ]

@@ -1,10 +1,19 @@
 """From anomaly to actions: the rules, the retry budgets and the cooldowns.
 
-The rules follow operators' practice: blame hardware → drain the suspect nodes
-and requeue the job without them; a transient system fault → requeue; an
-application fault → hold the job (or cancel, or only notify) and never drain;
-a straggler → notify, or drain and requeue when it is persistent and the policy
-says so; an unhealthy node with no job → drain it before a job lands there.
+The rules follow operators' practice (NVSentinel's monitor → quarantine → drain →
+remediate; Mission Control's "transient faults are retried without quarantine"):
+
+- only ``critical`` anomalies are acted on; a ``warning`` (a novelty score alone,
+  an Xid NVIDIA says to ignore, a pipeline imbalance) or ``info`` is notified;
+- persistent hardware, or any fault whose remedy needs the node out of service
+  (NVIDIA's ``RESET_GPU``, ``RESTART_BM``, ``CONTACT_SUPPORT`` …) → drain the
+  suspect nodes and requeue the job without them;
+- a transient fault (system, or hardware that recovers: one IB completion error,
+  a contained ECC error) → requeue, no quarantine;
+- an application fault → hold the job (or cancel, or only notify) and never drain;
+- a straggler → notify, or drain and requeue when it is persistent and the policy
+  says so; an unhealthy node with no job → drain it before a job lands there.
+- a resolution (the same anomaly published again, resolved) decides nothing new.
 
 :class:`Policy` is pure and runs on event time, so a replay decides exactly what
 the live run decided. Whether a decision is *executed* (the mode of its scope,
@@ -31,6 +40,7 @@ import msgspec
 
 from detectors.events import Action, Anomaly
 from detectors.ids import action_id
+from detectors.xid import NODE_REMEDIES
 
 Mode = Literal["monitor", "enforce"]
 _Fraction = Annotated[float, msgspec.Meta(gt=0.0, le=1.0)]
@@ -91,7 +101,9 @@ class Policy:
         self._requeues_per_cause: Counter[tuple[str, str]] = Counter()
 
     def decide(self, anomaly: Anomaly) -> list[Action]:
-        """The actions this anomaly calls for, budgets and cooldowns applied."""
+        """The actions this anomaly calls for, budgets and cooldowns applied (none for a resolution)."""
+        if anomaly.resolved_at is not None:
+            return []
         return [self._limit(anomaly, action) for action in self._rules(anomaly)]
 
     # ------------------------------------------------------------ rules
@@ -99,6 +111,8 @@ class Policy:
     def _rules(self, anomaly: Anomaly) -> list[Action]:
         rules = self.config.rules
         why = f"{anomaly.kind}/{anomaly.category} ({anomaly.anomaly_id})"
+        if anomaly.remedy:
+            why += f", remedy {anomaly.remedy}"
         job, nodes, kind = anomaly.job_id, anomaly.nodes, anomaly.kind
 
         def act(name: str, target: str, **params: str) -> Action:
@@ -113,8 +127,13 @@ class Policy:
                 reason=reason,
             )
 
+        if anomaly.severity != "critical":
+            return [act("notify", job or ",".join(nodes) or "cluster")]
         persistent_straggler = kind == "straggler" and anomaly.transient is False and rules.straggler != "notify"
-        if anomaly.layer == "hardware" and nodes and (kind != "straggler" or persistent_straggler):
+        needs_node_out = anomaly.remedy in NODE_REMEDIES or (
+            anomaly.layer == "hardware" and anomaly.transient is not True
+        )
+        if needs_node_out and nodes and (kind != "straggler" or persistent_straggler):
             if job is None and not rules.drain_idle_unhealthy_nodes:
                 return [act("notify", ",".join(nodes))]
             out = [act("drain_node", node) for node in nodes]
@@ -124,10 +143,9 @@ class Policy:
         if job is not None and kind in ("crash", "hang") and anomaly.layer == "application":
             if rules.application == "notify" or anomaly.transient is not False:  # first time: the user's call
                 return [act("notify", job)]
-                return [act("notify", job)]
             return [act(f"{rules.application}_job", job), act("notify", job)]
         if job is not None and kind in ("crash", "hang") and (anomaly.transient or kind == "hang"):
-            return [act("requeue_job", job)]
+            return [act("requeue_job", job)]  # transient: retried without quarantine
         return [act("notify", job or ",".join(nodes) or "cluster")]
 
     # ------------------------------------------------------------ budgets and cooldowns

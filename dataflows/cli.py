@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
 
+import msgspec
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -31,12 +32,15 @@ from dataflows.cli_common import (
     settings_from,
 )
 from dataflows.cli_scenarios import register as register_scenario_commands
+from dataflows.cli_templates import register as register_templates_command
 from dataflows.config import ConfigError
 from dataflows.logimport import LogImportError, import_logs
 from dataflows.publisher import RecordPublisher
 from dataflows.replay import ReplayError, ReplaySource, count_records
 from dataflows.replay_shards import ShardedReplaySource
 from detectors.events import Action, Anomaly, DeadLetter
+from detectors.lenient import FIELD_WARNINGS
+from detectors.lifecycle import is_false_alarm
 
 app = typer.Typer(
     add_completion=False,
@@ -50,7 +54,8 @@ class RunReport:
     """Collects a run's outputs in-process for the console and the summary."""
 
     def __init__(self, echo: bool) -> None:
-        self.anomalies: list[Anomaly] = []
+        self.anomalies: list[Anomaly] = []  # as opened
+        self.resolutions: dict[str, Anomaly] = {}  # anomaly id -> its resolution record
         self.actions: list[Action] = []
         self.dead = Counter[str]()
         self.echo = echo
@@ -58,9 +63,13 @@ class RunReport:
 
     def on_anomalies(self, items: list[Anomaly]) -> None:
         with self._lock:
-            self.anomalies.extend(items)
+            self.anomalies.extend(a for a in items if not a.resolved)
+            self.resolutions.update((a.anomaly_id, a) for a in items if a.resolved)
         if self.echo:
             for a in items:
+                if a.resolved:
+                    console.print(f"[green]resolved[/] {a.kind}/{a.category}: {a.resolution} [dim]{a.anomaly_id}[/]")
+                    continue
                 where = ", ".join(a.nodes) or "-"
                 console.print(
                     f"[bold yellow]anomaly[/] {a.kind}/{a.category} job={a.job_id or '-'} "
@@ -94,6 +103,7 @@ class RunReport:
         table.add_column("where")
         table.add_column("latency", justify="right")
         table.add_column("actions")
+        table.add_column("status")
         for a in sorted(self.anomalies, key=lambda a: a.detected_at):
             latency = "" if a.onset_ts is None else f"{a.detected_at - a.onset_ts:.1f}s"
             where = ", ".join(a.nodes) + (f" rank {', '.join(map(str, a.ranks))}" if a.ranks else "")
@@ -102,14 +112,25 @@ class RunReport:
                 for x in self.actions
                 if x.anomaly_id == a.anomaly_id
             )
-            table.add_row(f"{a.kind}/{a.category}", a.layer, a.job_id or "-", where or "-", latency, recs or "-")
+            resolved = self.resolutions.get(a.anomaly_id)
+            status = f"resolved: {resolved.resolution}" if resolved is not None else "open"
+            table.add_row(
+                f"{a.kind}/{a.category}", a.layer, a.job_id or "-", where or "-", latency, recs or "-", status
+            )
         console.print(table)
         dead = sum(self.dead.values())
         statuses = Counter(f"{a.status} ({a.mode})" for a in self.actions)
         actions = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items())) or "none"
-        console.print(f"{len(self.anomalies)} anomalies, actions: {actions}, {dead} dead-lettered records")
+        false_alarms = sum(is_false_alarm(msgspec.structs.asdict(a)) for a in self.resolutions.values())
+        console.print(
+            f"{len(self.anomalies)} anomalies ({len(self.resolutions)} resolved, {false_alarms} false alarms "
+            f"resolved by progress), actions: {actions}, {dead} dead-lettered records"
+        )
         for reason, n in self.dead.most_common(8):
             console.print(f"  [dim]{n:>6} × {reason}[/]")
+        if FIELD_WARNINGS:
+            fields = ", ".join(f"{topic}.{field} ×{n}" for (topic, field), n in FIELD_WARNINGS.most_common(8))
+            console.print(f"optional fields coerced or nulled (records kept): {fields}")
         if archive is not None:
             console.print(f"Parquet archive: [bold]{archive}[/] (anomalies/, actions/, dead_letter/)")
 
@@ -571,3 +592,4 @@ def main() -> None:
 
 register_scenario_commands(app)
 register_audit_command(app)
+register_templates_command(app)

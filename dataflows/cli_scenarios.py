@@ -17,7 +17,7 @@ from rich.table import Table
 from dataflows.cli_common import BrokersOpt, ConfigOpt, brokers_list, console, fail, settings_from
 from dataflows.config import ConfigError, Settings
 
-PRESETS = ("demo", "default", "llama3", "scale")
+PRESETS = ("demo", "default", "llama3", "scale", "adversarial")
 
 
 def generate(

@@ -309,7 +309,9 @@ def build_flow(
             "attribute",
             op.key_on("to_history", anomalies, lambda _: "history"),
             lambda state: HistoryLogic(
-                pickle.loads(state) if state else HistoryAttributor(hs.lemon_jobs, hs.repeat_on_gpu, hs.window_s)
+                pickle.loads(state)
+                if state
+                else HistoryAttributor(hs.lemon_jobs, hs.repeat_on_gpu, hs.window_s, hs.repeat_window_s)
             ),
         ),
     )
@@ -335,7 +337,7 @@ def build_flow(
     op.output(
         "metrics_anomalies",
         anomalies,
-        CallbackSink(lambda items: metrics.count_by(metrics.ANOMALIES, ((a.kind,) for a in items))),
+        CallbackSink(metrics.count_anomalies),
     )
     op.output(
         "metrics_actions",

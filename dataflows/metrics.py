@@ -16,10 +16,41 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily
+
+from detectors.lenient import FIELD_WARNINGS
+from detectors.lifecycle import is_false_alarm
 
 EVENTS = Counter("trainguard_events_total", "Input records decoded, by stream.", ["topic"])
 DEAD_LETTERS = Counter("trainguard_dead_letters_total", "Input records refused, by stream.", ["topic"])
-ANOMALIES = Counter("trainguard_anomalies_total", "Anomalies emitted, by kind.", ["kind"])
+ANOMALIES = Counter("trainguard_anomalies_total", "Anomalies opened, by kind.", ["kind"])
+RESOLVED = Counter("trainguard_anomalies_resolved_total", "Anomalies resolved, by kind.", ["kind"])
+FALSE_ALARMS = Counter(
+    "trainguard_false_alarms_total",
+    "Hang alarms the job's own progress resolved (it was never hung): precision, measured without labels.",
+    ["kind"],
+)
+UNCLASSIFIED = Counter(
+    "trainguard_unclassified_total",
+    "Jobs that stopped after fatal-looking lines no signature explains: the catalogue's to-do list.",
+)
+
+
+class _FieldWarnings:
+    """Exports :data:`detectors.lenient.FIELD_WARNINGS` (counted by the decoder, which knows no Prometheus)."""
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "trainguard_field_warnings",
+            "Optional fields of input records coerced or nulled because their value did not fit, by stream and field.",
+            labels=["topic", "field"],
+        )
+        for (topic, field), n in sorted(FIELD_WARNINGS.items()):
+            family.add_metric([topic, field], n)
+        yield family
+
+
+REGISTRY.register(_FieldWarnings())
 ACTIONS = Counter("trainguard_actions_total", "Actions decided, by action and status.", ["action", "status"])
 WATERMARK_DELAY = Gauge("trainguard_watermark_delay_seconds", "Wall clock minus the event-time watermark (live).")
 CONSUMER_LAG = Gauge(
@@ -39,6 +70,25 @@ LAST_PROGRESS = Gauge("trainguard_last_progress_timestamp_seconds", "Wall time t
 
 
 _last_progress = time.time()
+
+
+def count_anomalies(items: Iterable[Any]) -> None:
+    """Count a batch of anomaly records: openings by kind, resolutions, false alarms, unclassified crashes."""
+    opened: Tally[tuple[str, ...]] = Tally()
+    resolved: Tally[tuple[str, ...]] = Tally()
+    false_alarms: Tally[tuple[str, ...]] = Tally()
+    for a in items:
+        if a.resolved_at is None:
+            opened[(a.kind,)] += 1
+            if a.category == "unclassified":
+                UNCLASSIFIED.inc()
+            continue
+        resolved[(a.kind,)] += 1
+        if is_false_alarm({"kind": a.kind, "resolution": a.resolution}):
+            false_alarms[(a.kind,)] += 1
+    for counter, tally in ((ANOMALIES, opened), (RESOLVED, resolved), (FALSE_ALARMS, false_alarms)):
+        for labels, n in tally.items():
+            counter.labels(*labels).inc(n)
 
 
 def mark_progress() -> None:

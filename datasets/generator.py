@@ -37,6 +37,7 @@ from datasets.scenario import (
     hung_profile,
     job_record,
     log_record,
+    phase_profile,
     rfc3339,
     throttled_profile,
 )
@@ -54,7 +55,9 @@ FAULTS: dict[str, tuple[str, str, str]] = {
     "nvlink": ("crash", "xid_74", "hardware"),
     "gsp": ("crash", "xid_119", "system"),
     "ib_link_flap": ("crash", "ib_link", "hardware"),
-    "hidden_root_cascade": ("crash", "host_oom", "application"),
+    # The kernel's OOM killer behind a NCCL cascade: the host's memory, a system-layer fault as
+    # operators (and the real-log corpus) diagnose it.
+    "hidden_root_cascade": ("crash", "host_oom", "system"),
     "illegal_address": ("crash", "cuda_illegal_address", "application"),
     "cuda_oom": ("crash", "oom", "application"),
     "nan_loss": ("numerics", "nan_loss", "application"),
@@ -66,6 +69,13 @@ FAULTS: dict[str, tuple[str, str, str]] = {
     "lemon_node": ("crash", "cuda_launch_failure", "hardware"),
 }
 BENIGN = ("long_checkpoint", "eval_phase", "restart_warmup", "user_cancel", "counter_reset")
+# Whether the right answer takes the node out of service: persistent hardware, or a fault whose
+# remedy needs the node (a GSP timeout needs a GPU reset), but not a transient hardware fault
+# (a contained ECC error, one IB port error): those are retried without quarantine.
+TRANSIENT_HARDWARE = frozenset({"xid94", "ib_link_flap"})
+# Stragglers are notified by the default policy (rules.straggler: notify): no drain expected.
+NOTIFY_ONLY = frozenset({"thermal_straggler", "slow_nic"})
+NODE_OUT = frozenset({"gsp"})
 
 # Llama 3 405B pre-training, 54 days, 419 unexpected interruptions (Meta, 2024), mapped
 # onto the fault catalogue above.
@@ -96,6 +106,7 @@ class Fault:
     at: float
     node_index: int = 0  # which node of the job (or of the idle pool)
     gpu: int = 0
+    code: int = 0  # the Xid, for faults drawn from NVIDIA's catalog
 
 
 # --------------------------------------------------------------------------- jobs
@@ -108,6 +119,17 @@ class JobSim:
     step_s: float
     framework: str = "megatron"  # megatron | torchtitan | deepspeed | per_rank
     pauses: list[tuple[float, float, str]] = field(default_factory=list)
+    # A rhythm of benign pauses at step multiples, as real jobs have: evaluations (no start
+    # marker when ``eval_marker`` is off, as Megatron, torchtitan and DeepSpeed print none; GPUs
+    # busy) and checkpoints (a save marker; GPUs idle). ``rhythm_printed``: the job printed its
+    # intervals in an argument dump at start.
+    eval_every: int = 0
+    save_every: int = 0
+    eval_s: tuple[float, float] = (30.0, 180.0)
+    save_s: tuple[float, float] = (60.0, 240.0)
+    eval_marker: bool = True
+    rhythm_printed: bool = False
+    phase: tuple[str, float] | None = None  # (eval | checkpoint, until): what the GPUs are doing
     fault: Fault | None = None
     end_state: str = "COMPLETED"
     # state
@@ -167,6 +189,7 @@ class ClusterSim:
         self.degrading: dict[tuple[str, int], float] = {}
         self.resets: dict[str, float] = {}
         self.dbe_at: dict[tuple[str, int], float] = {}  # a double-bit error lands at this time
+        self.later: list[tuple[float, str, str]] = []  # (ts, node, kernel line) not tied to a job's fault
 
     # -- labels -------------------------------------------------------------------
     def label(
@@ -178,8 +201,14 @@ class ClusterSim:
         nodes: list[str],
         ranks: list[int] | None = None,
         gpus: list[str] | None = None,
+        verdict: tuple[str, str, str, bool] | None = None,
     ) -> None:
+        """Label a fault (or a benign confounder); ``verdict`` = (kind, category, layer, drain) when
+        the fault table does not say (an Xid drawn from NVIDIA's catalog)."""
         kind, category, layer = FAULTS.get(name, ("benign", name, "application"))
+        drain = (layer == "hardware" and name not in TRANSIENT_HARDWARE | NOTIFY_ONLY) or name in NODE_OUT
+        if verdict is not None:
+            kind, category, layer, drain = verdict
         self.labels.append(
             {
                 "fault_id": fault_id,
@@ -187,6 +216,7 @@ class ClusterSim:
                 "kind": kind,
                 "category": category,
                 "layer": layer,
+                "drain": drain and bool(nodes),
                 "onset_ts": rfc3339(onset),
                 "job_id": job.job_id if job else None,
                 "nodes": nodes,
@@ -247,7 +277,18 @@ class ClusterSim:
                     break
             if job.pauses and ts >= job.pauses[0][0]:
                 _, seconds, phase = job.pauses.pop(0)
-                if phase == "checkpoint":
+                job.phase = (phase, ts + seconds)
+                if phase == "eval_silent":
+                    self.log(
+                        sink,
+                        ts + seconds,
+                        job,
+                        job.nodes[0],
+                        0,
+                        f"[default0]:  validation loss at iteration {job.step} | lm loss value: 2.310E+00 | "
+                        "lm loss PPL: 1.007E+01 |",
+                    )
+                elif phase == "checkpoint":
                     self.log(sink, ts, job, job.nodes[0], 0, f"[default0]: saving checkpoint at iteration {job.step}")
                     self.log(
                         sink,
@@ -275,6 +316,7 @@ class ClusterSim:
                 step_time *= 3.0
             job.step += 1
             ts += step_time
+            self.schedule_rhythm(job, ts)
             loss = "nan" if job.nan_from is not None and ts >= job.nan_from else f"{2.5 - job.step * 1e-4:.6E}"
             if job.framework == "per_rank":
                 for r in range(job.ranks):
@@ -314,6 +356,22 @@ class ClusterSim:
             job.next_ts = ts
         if not job.ended and job.stalled_at is None and job.next_ts >= job.end:
             self.end_job(sink, job, job.end, job.end_state, 0 if job.end_state == "COMPLETED" else None)
+
+    def adjust_sample(self, sample: dict[str, Any], job: JobSim | None, t: float) -> None:
+        """A hook for presets that vary what exporters send (field types, noise); none here."""
+
+    def schedule_rhythm(self, job: JobSim, ts: float) -> None:
+        """After a step at a multiple of the job's intervals: its evaluation, then its checkpoint."""
+        rng = self.rng
+        if job.eval_every and job.step % job.eval_every == 0:
+            kind = "eval" if job.eval_marker else "eval_silent"
+            job.pauses.insert(0, (ts, rng.uniform(*job.eval_s), kind))
+            self.label(f"b-{kind}-{job.job_id}-{job.step}", f"{kind}_phase", ts, job, [])
+        if job.save_every and job.step % job.save_every == 0:
+            self.label(f"b-checkpoint-{job.job_id}-{job.step}", "checkpoint_phase", ts, job, [])
+            job.pauses.insert(
+                1 if job.pauses and job.pauses[0][0] == ts else 0, (ts, rng.uniform(*job.save_s), "checkpoint")
+            )
 
     def inject(self, sink: Sink, job: JobSim, fault: Fault) -> None:
         """Apply a fault to a running job at ``fault.at``: its records, its effects, its label."""
@@ -483,6 +541,9 @@ class ClusterSim:
                         sample.update(hung_profile(rng, spinning))
                     if busy and job is not None and (node, g) in job.hot and t >= job.hot[(node, g)]:
                         sample.update(throttled_profile(rng))
+                    if busy and job is not None and job.phase is not None and t < job.phase[1]:
+                        sample.update(phase_profile(rng, job.phase[0]))
+                    self.adjust_sample(sample, job, t)
                     sink.put("gpu", sample["ts"], sample)
             for node in [n for n, when in self.resets.items() if t >= when]:
                 del self.resets[node]
@@ -560,9 +621,16 @@ def _plan(sim: ClusterSim, faults: list[str], jobs: int, nodes_per_job: int, ben
             sim.label(f"f-degraded-{node}", name, at, None, [node], [], [f"{node}/{g}"])
 
 
+PRESETS = ("default", "llama3", "scale", "adversarial")
+
+
 def build(preset: str, seed: int, nodes: int | None = None, minutes: float | None = None) -> ClusterSim:
-    """A planned simulation for a preset: ``default``, ``llama3`` or ``scale``."""
+    """A planned simulation for a preset: ``default``, ``llama3``, ``scale`` or ``adversarial``."""
     rng = random.Random(seed)
+    if preset == "adversarial":
+        from datasets.adversarial import build_adversarial
+
+        return build_adversarial(seed, nodes, minutes)
     if preset == "default":
         sim = ClusterSim(seed, nodes or 96, (minutes or 60) * 60)
         faults = list(FAULTS)
@@ -578,7 +646,7 @@ def build(preset: str, seed: int, nodes: int | None = None, minutes: float | Non
         faults = rng.choices(names, weights=[LLAMA3_MIX[n] for n in names], k=30)
         _plan(sim, faults, jobs=(nodes or 1250) // 8, nodes_per_job=8, benign=True)
     else:
-        raise ValueError(f"unknown preset {preset!r}; the presets are: default, llama3, scale.")
+        raise ValueError(f"unknown preset {preset!r}; the presets are: {', '.join(PRESETS)}.")
     return sim
 
 
@@ -596,6 +664,9 @@ def stream(sim: ClusterSim, chunk_s: float = 60.0) -> Iterator[tuple[str, dict[s
             job = pending.pop(0)
             sim.start_job(sink, job)
             running.append(job)
+        for ts, node, line in [x for x in sim.later if x[0] < t1]:
+            sim.log(sink, ts, None, node, None, line, source="kernel")
+        sim.later = [x for x in sim.later if x[0] >= t1]
         for job in running:
             sim.advance_job(sink, job, t1)
         running = [j for j in running if not j.ended]

@@ -17,6 +17,7 @@ from detectors.progress_parsers import parse_progress
 from detectors.rank_scores import RankScorer
 from detectors.routing import Router, RouterSettings
 from detectors.signatures import match_line
+from detectors.templates import ErrorTemplates
 
 MEGATRON = (
     " iteration     5426/  250000 | consumed samples:        43408 | elapsed time per iteration (ms): 4247.9 | "
@@ -45,6 +46,17 @@ def main() -> None:
     rows.append(("signature match, ordinary log line", per_call_us(lambda i: match_line(INFO), 100_000)))
     rows.append(("signature match, fatal log line", per_call_us(lambda i: match_line(FATAL), 50_000)))
     rows.append(("progress parse, Megatron line", per_call_us(lambda i: parse_progress(MEGATRON), 100_000)))
+    templates = ErrorTemplates()
+    rows.append(
+        ("error templates, non-error line (Megatron)", per_call_us(lambda i: templates.observe(MEGATRON), 100_000))
+    )
+    rows.append(("error templates, non-error line (INFO)", per_call_us(lambda i: templates.observe(INFO), 100_000)))
+    rows.append(
+        (
+            "error templates, error line (mask + drain3)",
+            per_call_us(lambda i: templates.observe(f"{FATAL} on rank {i % 64} after {i} ms"), 20_000),
+        )
+    )
 
     hang = HangDetector()
     rows.append(

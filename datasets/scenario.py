@@ -85,6 +85,14 @@ def hung_profile(rng: random.Random, spinning: bool) -> dict[str, Any]:
     }
 
 
+def phase_profile(rng: random.Random, phase: str) -> dict[str, Any]:
+    """During a benign pause: an evaluation keeps the GPUs computing (forward passes, near training
+    power); a checkpoint write leaves them idle while the host writes."""
+    if phase.startswith("eval"):
+        return {"util_pct": rng.uniform(85, 99), "power_w": rng.uniform(420, 540), "sm_clock_mhz": 1980.0}
+    return {"util_pct": rng.uniform(0, 3), "power_w": rng.uniform(70, 90), "sm_clock_mhz": 345.0}
+
+
 def throttled_profile(rng: random.Random) -> dict[str, Any]:
     """A GPU slowed by heat: lower SM clock, hot, thermal slowdown reason set."""
     return {"sm_clock_mhz": 1410.0, "temp_c": rng.uniform(86, 89), "throttle_reasons": 0x20}

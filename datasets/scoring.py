@@ -11,7 +11,13 @@ fault is a false positive — including those raised on benign confounders.
 - **localisation**: the anomaly names one of the fault's nodes (rank, GPU when labelled);
 - **layer**: the anomaly's layer equals the label's;
 - **actions**: a drain is *wrongful* when its node is in no hardware fault's nodes or it
-  answers an application fault; a hardware fault with nodes and no drain is *missing*.
+  answers an application fault; a hardware fault with nodes and no drain is *missing*;
+- **benign alarms**: anomalies raised on a benign confounder's job within its window
+  (a checkpoint, an evaluation pause); **false alarms resolved**: hang alarms that
+  the job's own progress later resolved (measurable in production too, where there
+  are no labels: see the ``trainguard_false_alarms_total`` metric).
+
+Anomalies are read one record per id (a resolution is the same anomaly published again).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from typing import Any
 import msgspec
 import polars as pl
 
-from detectors.lifecycle import latest_records
+from detectors.lifecycle import is_false_alarm, latest_records
 
 # Which anomaly kinds can explain which fault kinds.
 COMPATIBLE: dict[str, set[str]] = {
@@ -38,6 +44,7 @@ COMPATIBLE: dict[str, set[str]] = {
 }
 WINDOW_S: dict[str, float] = {"crash": 900.0, "hang": 1800.0, "straggler": 1800.0, "numerics": 900.0}
 DEFAULT_WINDOW_S = 1800.0
+BENIGN_WINDOW_S = 600.0  # a benign pause lasts at most this long (checkpoint 1–4 min, evaluation 0.5–3 min)
 
 
 def _ts(value: Any) -> float:
@@ -178,12 +185,16 @@ class Scorer:
         self.false_positives: list[dict[str, Any]] = []
         self.missed: list[dict[str, Any]] = []
         self.actions: dict[str, Any] | None = None
+        self.benign_alarms: list[dict[str, Any]] = []
+        self.false_alarms_resolved = 0
 
     def add(
         self, labels: list[dict[str, Any]], anomalies: list[dict[str, Any]], actions: list[dict[str, Any]] | None = None
     ) -> Scorer:
+        anomalies = latest_records(anomalies)
         faults = [lab for lab in labels if lab["kind"] != "benign"]
         explained_ids: set[str] = set()
+        self.false_alarms_resolved += sum(is_false_alarm(a) for a in anomalies)
         for label in faults:
             ks = self.by_kind[label["kind"]]
             ks.labelled += 1
@@ -199,6 +210,15 @@ class Scorer:
             if label["nodes"]:
                 ks.localisable += 1
                 ks.localised += any(set(a.get("nodes") or []) & set(label["nodes"]) for a in compatible)
+        for label in (lab for lab in labels if lab["kind"] == "benign"):
+            self.benign_alarms += [
+                {"benign": label["fault_id"], "anomaly_id": a["anomaly_id"], "kind": a["kind"], "job_id": a["job_id"]}
+                for a in anomalies
+                if a["anomaly_id"] not in explained_ids
+                and (a.get("job_id") == label["job_id"] if label["job_id"] else set(a["nodes"]) & set(label["nodes"]))
+                and label["onset"] - 60.0 <= a["detected_at"] <= label["onset"] + BENIGN_WINDOW_S
+                and a.get("severity", "critical") == "critical"
+            ]
         for anomaly in anomalies:
             ks = self.by_kind[anomaly["kind"]]
             ks.anomalies += 1
@@ -224,6 +244,8 @@ class Scorer:
             "anomalies": self.anomalies,
             "false_positives": self.false_positives,
             "missed": self.missed,
+            "benign_alarms": self.benign_alarms,
+            "false_alarms_resolved": self.false_alarms_resolved,
             "by_kind": {kind: ks.summary() for kind, ks in sorted(self.by_kind.items())},
         }
         if self.actions is not None:
@@ -238,11 +260,17 @@ def score(
     return Scorer().add(labels, anomalies, actions).report()
 
 
+def _needs_drain(label: dict[str, Any]) -> bool:
+    return bool(label.get("drain", label["layer"] == "hardware"))
+
+
 def score_actions(
     labels: list[dict[str, Any]], anomalies: list[dict[str, Any]], actions: list[dict[str, Any]]
 ) -> dict[str, Any]:
+    anomalies = latest_records(anomalies)
     faults = [lab for lab in labels if lab["kind"] != "benign"]
-    hardware_nodes = {n for lab in faults if lab["layer"] == "hardware" for n in lab["nodes"]}
+    # Labels say whether the right answer takes the node out ("drain"); older labels: hardware faults do.
+    drain_nodes = {n for lab in faults if _needs_drain(lab) for n in lab["nodes"]}
     by_id = {a["anomaly_id"]: a for a in anomalies}
     # A suppressed drain (cooldown, retry budget) drains nothing; a recommended one would have.
     drains = [x for x in actions if x["action"] == "drain_node" and x.get("status") != "suppressed"]
@@ -252,19 +280,17 @@ def score_actions(
         application = (
             any(lab["layer"] == "application" and _explains(anomaly, lab) for lab in faults) if anomaly else False
         )
-        if drain["target"] not in hardware_nodes or application:
+        if drain["target"] not in drain_nodes or application:
             wrongful.append(
                 {
                     "target": drain["target"],
                     "anomaly_id": drain["anomaly_id"],
-                    "why": "application fault" if application else "no hardware fault on this node",
+                    "why": "application fault" if application else "no fault on this node that needs it out",
                 }
             )
     drained = {d["target"] for d in drains}
     missing = [
-        lab["fault_id"]
-        for lab in faults
-        if lab["layer"] == "hardware" and lab["nodes"] and not set(lab["nodes"]) & drained
+        lab["fault_id"] for lab in faults if _needs_drain(lab) and lab["nodes"] and not set(lab["nodes"]) & drained
     ]
     return {
         "drains": len(drains),

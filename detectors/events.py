@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
+
+from detectors.lenient import FIELD_WARNINGS, coerce, parse_loose
 
 # Records larger than this are refused: a 1 MB "log line" is a producer bug
 # (a binary dump, a runaway traceback), and passing it on would let one record
@@ -62,6 +64,10 @@ class ProgressRecord(_Record, kw_only=True):
     compute_time_s: float | None = None
     tokens_per_s: float | None = None
     samples_per_s: float | None = None
+    # Where the rank sits in a pipeline-parallel job, when the producer knows: ranks of one
+    # stage are peers; a whole stage slower than the others is a partitioning property.
+    dp_rank: int | None = None
+    pp_stage: int | None = None
 
 
 class GpuSample(_Record, kw_only=True):
@@ -114,6 +120,32 @@ class DeadLetter(msgspec.Struct, kw_only=True, gc=False):
     ts: float | None = None
 
 
+_TYPES: dict[str, Any] = {
+    "logs": LogRecord,
+    "progress": ProgressRecord,
+    "gpu": GpuSample,
+    "scheduler": JobEvent | NodeEvent,
+}
+
+
+def _optional_numbers(struct: type) -> dict[str, type]:
+    """The optional numeric fields of a record type: the ones read leniently."""
+    out: dict[str, type] = {}
+    for f in msgspec.structs.fields(struct):
+        if f.required or f.name == "ts":
+            continue
+        if f.type in (float | None, int | None):
+            out[f.name] = float if f.type == float | None else int
+        elif f.name == "throttle_reasons":
+            out[f.name] = int
+    return out
+
+
+_OPTIONAL: dict[str, dict[str, type]] = {
+    "progress": _optional_numbers(ProgressRecord),
+    "gpu": _optional_numbers(GpuSample),
+}
+
 _DECODERS: dict[str, msgspec.json.Decoder] = {
     "logs": msgspec.json.Decoder(LogRecord),
     "progress": msgspec.json.Decoder(ProgressRecord),
@@ -155,7 +187,10 @@ def decode(topic: str, payload: bytes | str | None, partition: int = 0, offset: 
         reason = f"record is {len(raw)} bytes, over the {MAX_RECORD_BYTES}-byte limit"
     else:
         try:
-            event = decoder.decode(raw)
+            try:
+                event = decoder.decode(raw)
+            except msgspec.DecodeError:
+                event = _lenient(topic, raw)
             ts = event.ts
             if type(ts) is not float:
                 ts = parse_ts(ts)
@@ -173,6 +208,28 @@ def decode(topic: str, payload: bytes | str | None, partition: int = 0, offset: 
                     event.job_id = str(job_id)
                 return event
     return DeadLetter(topic=topic, partition=partition, offset=offset, reason=reason, payload=raw)
+
+
+def _lenient(topic: str, raw: bytes) -> Event:
+    """The strict decoder refused the record: read it again, coercing or nulling odd optional fields
+    (see :mod:`detectors.lenient`); raises the strict error when a required field is unusable."""
+    try:
+        record = parse_loose(raw)
+    except ValueError:
+        return _DECODERS[topic].decode(raw)  # not JSON at all: the strict decoder's own error
+    if not isinstance(record, dict):
+        return _DECODERS[topic].decode(raw)
+    optional = _OPTIONAL.get(topic, {})
+    if isinstance(record.get("throttle_reasons"), list):
+        optional = {k: v for k, v in optional.items() if k != "throttle_reasons"}
+    record, notes = coerce(record, optional)
+    try:
+        event: Event = msgspec.convert(record, _TYPES[topic], strict=False)
+    except msgspec.ValidationError:
+        return _DECODERS[topic].decode(raw)  # a required field is unusable: the strict error says which
+    for name in notes:
+        FIELD_WARNINGS[(topic, name)] += 1
+    return event
 
 
 # ---------------------------------------------------------------- outputs

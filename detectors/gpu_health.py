@@ -59,8 +59,11 @@ _THROTTLES = (
 class GpuHealth:
     """Counter, event and throttle rules over the samples of any number of GPUs."""
 
-    def __init__(self, settings: GpuHealthSettings | None = None) -> None:
+    def __init__(self, settings: GpuHealthSettings | None = None, idle_drift: bool = True) -> None:
+        """``idle_drift``: score idle GPUs' temperature and power for novelty (nodes with no job only:
+        a job's GPUs idle for its own reasons — a checkpoint, the end of the job)."""
         self.settings = settings or GpuHealthSettings()
+        self.idle_drift = idle_drift
         self._last: dict[tuple[str, int], GpuSample] = {}
         self._counters: dict[tuple[str, int, str], deque[tuple[float, int]]] = {}
         self._throttled: dict[tuple[str, int], int] = {}
@@ -96,7 +99,7 @@ class GpuHealth:
                 for f in burst:
                     f.onset_ts = since
                 found += burst
-        if sample.util_pct is not None and sample.util_pct < s.drift_idle_util_pct:
+        if self.idle_drift and sample.util_pct is not None and sample.util_pct < s.drift_idle_util_pct:
             for field in ("temp_c", "power_w"):
                 value = getattr(sample, field)
                 if value is None:
@@ -141,6 +144,10 @@ class GpuHealth:
         finding.evidence.append(f"{len(times)} times within 1h on this GPU")
         times.clear()
         return True
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        state.setdefault("idle_drift", True)
+        self.__dict__.update(state)
 
     def forget_samples(self) -> None:
         """Drop sample history (the GPUs were away, e.g. running a job); keep the cooldowns."""

@@ -1,15 +1,31 @@
-"""No-progress (hang) detection with a learned step interval.
+"""No-progress (hang) detection: the job's own rhythm, fused with what its GPUs are doing.
 
-The deadline after the last step is ``max(floor_s, factor × q90 of recent step
-intervals)`` (NVRx uses a safety factor of 5). Before ``warmup_steps`` steps
-have been seen the much longer ``startup_grace_s`` applies: first steps compile
-kernels and warm the dataloader. A checkpoint save or evaluation phase moves the
-deadline to ``pause_grace_s`` after its start, and its end restarts the normal
-deadline, so benign pauses are not hangs.
+The normal deadline after the last step is ``max(floor_s, factor × q90 of recent
+step intervals)`` (NVRx uses a safety factor of 5); before ``warmup_steps`` steps
+the much longer ``startup_grace_s`` applies (first steps compile kernels and warm
+the dataloader). Then, in order:
+
+- **GPU state** (:mod:`detectors.gpu_activity`, when the job has GPU telemetry):
+  GPUs that *spin* in NCCL kernels (busy at a fraction of their training power),
+  or one GPU idle while its peers spin, confirm a hang from two samples — after
+  ``max(confirm_s, 3 × interval)``, without waiting for the floor. GPUs that keep
+  *computing* near training power are evaluating or taking a long step: the
+  deadline moves to ``busy_grace_s``.
+- **Benign pauses**: a checkpoint/evaluation marker moves the deadline to
+  ``pause_grace_s`` after it; so does a stall at an *expected* pause step — a
+  multiple of an interval the job printed (Megatron's ``eval_interval`` /
+  ``save_interval``, HF ``eval_steps`` / ``save_steps``, Lightning
+  ``val_check_interval``) or of the period learned from its earlier pauses
+  (evaluations and checkpoints recur at step multiples), or, while nothing is
+  known, a round step (a multiple of 100 in a job that logs finer than that).
+  At an expected pause, only rank 0's GPU idling among spinning peers is not a
+  culprit: that is rank 0 writing a checkpoint while its peers wait in a barrier.
+- **Logs only** (no GPU telemetry): conservative at an expected pause step, the
+  normal deadline otherwise.
 
 >>> det = HangDetector(floor_s=55, warmup_steps=2)
 >>> for step in range(1, 6):
-...     det.observe_progress(ts=1000.0 + 2 * step, step=step, rank=0, node="n1")
+...     _ = det.observe_progress(ts=1000.0 + 2 * step, step=step, rank=0, node="n1")
 >>> det.deadline()
 1065.0
 >>> det.advance(1060.0) is None, det.advance(1065.0).category
@@ -18,9 +34,20 @@ deadline, so benign pauses are not hangs.
 
 from __future__ import annotations
 
+import math
+import re
 from collections import deque
 
 from detectors.findings import Finding
+from detectors.gpu_activity import Verdict
+
+# Intervals jobs print in their argument dumps / configs: Megatron, HF Trainer, Lightning, NeMo, torchtitan.
+RHYTHM_LINE = re.compile(
+    r"\b(?P<name>eval_interval|save_interval|eval_steps|save_steps|val_check_interval|"
+    r"checkpoint_interval|save_every_n_steps|every_n_train_steps|eval_every|save_every)\b"
+    r"[\s.:=]*(?P<value>\d+)\b"
+)
+ROUND_STEP = 100
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -28,8 +55,22 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def parse_rhythm(line: str) -> tuple[str, int] | None:
+    """An interval a job printed, e.g. Megatron's argument dump.
+
+    >>> parse_rhythm("  eval_interval ................................... 1000")
+    ('eval_interval', 1000)
+    >>> parse_rhythm("TrainingArguments(eval_steps=500, save_steps=2000, logging_steps=10)")
+    ('eval_steps', 500)
+    """
+    m = RHYTHM_LINE.search(line)
+    if m is None or int(m["value"]) <= 1:
+        return None
+    return m["name"], int(m["value"])
+
+
 class HangDetector:
-    """Fires once per stall when no step is made by the learned deadline."""
+    """Fires once per stall when no step is made by the deadline."""
 
     def __init__(
         self,
@@ -38,6 +79,8 @@ class HangDetector:
         warmup_steps: int = 3,
         startup_grace_s: float = 600.0,
         pause_grace_s: float = 900.0,
+        busy_grace_s: float = 600.0,
+        confirm_s: float = 15.0,
         window: int = 50,
     ) -> None:
         self.floor_s = floor_s
@@ -45,16 +88,30 @@ class HangDetector:
         self.warmup_steps = warmup_steps
         self.startup_grace_s = startup_grace_s
         self.pause_grace_s = pause_grace_s
+        self.busy_grace_s = busy_grace_s
+        self.confirm_s = confirm_s
         self._intervals: deque[float] = deque(maxlen=window)
+        self._deltas: deque[int] = deque(maxlen=window)
         self._step = -1
         self._steps_seen = 0
         self._last_advance: float | None = None
         self._rank_last: dict[int, tuple[float, str]] = {}
         self._pause_since: float | None = None
         self._fired = False
+        self.rhythm: dict[str, int] = {}  # printed intervals
+        self._pause_steps: deque[int] = deque(maxlen=16)  # steps after which a benign pause happened
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        # Snapshots of earlier versions resume.
+        defaults = {"busy_grace_s": 600.0, "confirm_s": 15.0, "rhythm": {}, "_pause_steps": deque(maxlen=16)}
+        for name, value in defaults.items():
+            state.setdefault(name, value)
+        state.setdefault("_deltas", deque(maxlen=50))
+        self.__dict__.update(state)
 
     # -- inputs ---------------------------------------------------------------
-    def observe_progress(self, ts: float, step: int, rank: int | None, node: str) -> None:
+    def observe_progress(self, ts: float, step: int, rank: int | None, node: str) -> bool:
+        """A rank reached ``step``; returns whether the job as a whole advanced."""
         if rank is not None:
             prev = self._rank_last.get(rank)
             if prev is None or ts >= prev[0]:
@@ -62,9 +119,17 @@ class HangDetector:
         if step < self._step:  # restarted from a checkpoint: warm up again
             self.restart(ts)
         if step <= self._step:
-            return
-        if self._last_advance is not None and self._pause_since is None and self._steps_seen >= self.warmup_steps:
-            self._intervals.append((ts - self._last_advance) / (step - self._step))
+            return False
+        if self._last_advance is not None and self._steps_seen >= self.warmup_steps:
+            gap = ts - self._last_advance
+            per_step = gap / (step - self._step)
+            interval = self.interval()
+            if self._pause_since is None and (interval is None or gap < max(4 * interval, 20.0)):
+                self._intervals.append(per_step)
+            elif self._step > 0:
+                self._pause_steps.append(self._step)  # a long pause after this step, and the job went on
+        if self._step >= 0:
+            self._deltas.append(step - self._step)
         self._step = step
         self._steps_seen += 1
         self._last_advance = ts if self._last_advance is None else max(ts, self._last_advance)
@@ -74,6 +139,7 @@ class HangDetector:
         if self._pause_since is not None and ts >= self._pause_since + max(2.0, self.interval() or 0.0):
             self._pause_since = None
         self._fired = False
+        return True
 
     def observe_phase(self, ts: float, starts: bool) -> None:
         if starts:
@@ -82,6 +148,10 @@ class HangDetector:
             self._pause_since = None
             # The pause is over: measure the next stall from its end.
             self._last_advance = max(ts, self._last_advance or ts)
+
+    def observe_rhythm(self, name: str, every: int) -> None:
+        """An interval the job printed (see :func:`parse_rhythm`)."""
+        self.rhythm[name] = every
 
     def restart(self, ts: float) -> None:
         """The job (re)started: forget stall state and warm up again."""
@@ -97,22 +167,64 @@ class HangDetector:
         self._last_advance = None
         self._pause_since = None
 
-    # -- clock ------------------------------------------------------------------
+    # -- state ------------------------------------------------------------------
+    @property
+    def fired(self) -> bool:
+        return self._fired
+
+    @property
+    def last_step(self) -> int:
+        return self._step
+
+    @property
+    def last_advance(self) -> float | None:
+        return self._last_advance
+
     def interval(self) -> float | None:
         return _quantile(list(self._intervals), 0.9) if self._intervals else None
 
-    def deadline(self) -> float | None:
+    def expected_pause(self) -> str | None:
+        """Why a stall after the last step is a pause the job's rhythm predicts (``None``: it is not)."""
+        step = self._step
+        if step <= 0:
+            return None
+        for name, every in self.rhythm.items():
+            if step % every == 0:
+                return f"step {step} is a multiple of the job's {name} ({every})"
+        if len(self._pause_steps) >= 2:
+            period = math.gcd(*self._pause_steps)
+            if period > 1 and step % period == 0:
+                return f"step {step} is a multiple of the period of the job's earlier pauses ({period})"
+            return None
+        if not self.rhythm and self._deltas and max(self._deltas) < ROUND_STEP // 5 and step % ROUND_STEP == 0:
+            return f"step {step} is a round step (evaluations and checkpoints happen there)"
+        return None
+
+    def deadline(self, activity: Verdict | None = None) -> float | None:
+        """When a stall becomes a hang, given what the GPUs are doing (``None``: no telemetry)."""
         if self._last_advance is None or self._fired:
             return None
-        if self._pause_since is not None:
-            return max(self._pause_since + self.pause_grace_s, self._last_advance + self.floor_s)
         interval = self.interval()
-        if self._steps_seen < self.warmup_steps or interval is None:
-            return self._last_advance + self.startup_grace_s
-        return self._last_advance + max(self.floor_s, self.factor * interval)
+        warm = self._steps_seen >= self.warmup_steps and interval is not None
+        normal = self._last_advance + (max(self.floor_s, self.factor * interval) if warm else self.startup_grace_s)  # type: ignore[operator]
+        if self._pause_since is not None:
+            return max(self._pause_since + self.pause_grace_s, normal)
+        expected = self.expected_pause() is not None
+        state = activity.state if activity is not None and activity.samples >= 2 else "unknown"
+        # Nothing benign spins everywhere; one idle GPU among spinning peers is a culprit — unless it is
+        # rank 0's at a step where a checkpoint is due (the writer, its peers waiting in a barrier).
+        fast = state in ("spinning", "culprit_idle") or (state == "writer_idle" and not expected)
+        if fast and warm:
+            return self._last_advance + max(self.confirm_s, 3 * interval)  # type: ignore[operator]
+        if state == "computing":
+            return max(normal, self._last_advance + self.busy_grace_s)
+        if expected:
+            return max(normal, self._last_advance + self.pause_grace_s)
+        return normal
 
-    def advance(self, watermark: float) -> Finding | None:
-        deadline = self.deadline()
+    # -- clock ------------------------------------------------------------------
+    def advance(self, watermark: float, activity: Verdict | None = None) -> Finding | None:
+        deadline = self.deadline(activity)
         if deadline is None or watermark < deadline:
             return None
         self._fired = True
@@ -123,6 +235,10 @@ class HangDetector:
             f"no step for {watermark - self._last_advance:.0f}s after step {self._step}"
             + (f" (learned interval {interval:.2f}s)" if interval else " (during warm-up)")
         ]
+        if activity is not None and activity.samples >= 2 and activity.why:
+            evidence.append(f"GPUs since the last step: {activity.why}")
+            if activity.state in ("spinning", "culprit_idle", "writer_idle"):
+                confidence = max(confidence, 0.8)
         if self._pause_since is not None:
             evidence.append(f"a checkpoint/eval phase began at {self._pause_since:.0f} and never ended")
         return Finding(

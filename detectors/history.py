@@ -9,7 +9,10 @@ counts per node and per GPU:
 - the same fatal Xid (or ECC/row-remap trouble) on the same GPU again is
   persistent hardware;
 - an application error that comes back in the same job after a restart is a
-  persistent application fault (holding the job beats requeueing it forever).
+  persistent application fault (holding the job beats requeueing it forever);
+- a transient hardware fault (one InfiniBand completion error, a link flap that
+  recovered) that comes back on the same node within ``repeat_window_s`` is a
+  part going bad: persistent, so the node is drained the second time.
 
 >>> from detectors.events import Anomaly
 >>> hist = HistoryAttributor(lemon_jobs=2)
@@ -39,21 +42,42 @@ class HistorySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     window_s: float = 86_400.0
     lemon_jobs: int = 3  # distinct jobs a node must have failed to be called a lemon
     repeat_on_gpu: int = 2  # the same GPU fault this many times is persistent hardware
+    repeat_window_s: float = 3600.0  # a transient hardware fault again on the same node within this: persistent
 
 
 class HistoryAttributor:
     """Sliding-window failure history per node, per GPU and per job."""
 
-    def __init__(self, lemon_jobs: int = 3, repeat_on_gpu: int = 2, window_s: float = 86_400.0) -> None:
+    def __init__(
+        self, lemon_jobs: int = 3, repeat_on_gpu: int = 2, window_s: float = 86_400.0, repeat_window_s: float = 3600.0
+    ) -> None:
         self.lemon_jobs = lemon_jobs
         self.repeat_on_gpu = repeat_on_gpu
         self.window_s = window_s
+        self.repeat_window_s = repeat_window_s
+        self._node_transients: dict[tuple[str, str], deque[float]] = {}
+        self._revised: dict[str, tuple[str, bool | None, list[str]]] = {}  # anomaly id -> its revision
         self._node_failures: dict[str, deque[tuple[float, str]]] = {}
         self._gpu_faults: dict[tuple[str, str], deque[tuple[float, str]]] = {}
         self._job_errors: dict[tuple[str, str], int] = {}
 
+    def __setstate__(self, state: dict[str, object]) -> None:
+        state.setdefault("repeat_window_s", 3600.0)
+        state.setdefault("_node_transients", {})
+        state.setdefault("_revised", {})
+        self.__dict__.update(state)
+
     def revise(self, anomaly: Anomaly) -> Anomaly:
-        """The anomaly with its layer/transient verdict revised by history (and history updated)."""
+        """The anomaly with its layer/transient verdict revised by history (and history updated).
+
+        A resolution (the same anomaly published again) gets the revision its opening record got.
+        """
+        if anomaly.resolved_at is not None:
+            revision = self._revised.pop(anomaly.anomaly_id, None)
+            if revision is None:
+                return anomaly
+            layer, transient, evidence = revision
+            return msgspec.structs.replace(anomaly, layer=layer, transient=transient, evidence=evidence)
         now = anomaly.detected_at
         evidence: list[str] = []
         layer, transient = anomaly.layer, anomaly.transient
@@ -76,6 +100,19 @@ class HistoryAttributor:
                     evidence.append(
                         f"{anomaly.category} on {gpu} {len(seen)} times within {self.window_s / 3600:g}h: persistent"
                     )
+        if layer == "hardware" and transient is True and anomaly.severity == "critical":
+            for node in anomaly.nodes:
+                key = (node, anomaly.category)
+                seen = self._node_transients.setdefault(key, deque())
+                while seen and seen[0] < now - self.repeat_window_s:
+                    seen.popleft()
+                seen.append(now)
+                if len(seen) >= 2:
+                    transient = False
+                    evidence.append(
+                        f"{anomaly.category} on {node} {len(seen)} times within {self.repeat_window_s / 60:g} min: "
+                        "persistent"
+                    )
         if anomaly.layer == "application" and anomaly.job_id is not None and layer == "application":
             key = (anomaly.job_id, anomaly.category)
             self._job_errors[key] = self._job_errors.get(key, 0) + 1
@@ -84,9 +121,13 @@ class HistoryAttributor:
                 evidence.append(f"{anomaly.category} again in job {anomaly.job_id} after a restart: persistent")
         if not evidence:
             return anomaly
-        return msgspec.structs.replace(
+        revised = msgspec.structs.replace(
             anomaly, layer=layer, transient=transient, evidence=[*anomaly.evidence, *evidence][-12:]
         )
+        if len(self._revised) > 10_000:  # resolutions of very old anomalies lose their revision, nothing else
+            self._revised.pop(next(iter(self._revised)))
+        self._revised[anomaly.anomaly_id] = (revised.layer, revised.transient, revised.evidence)
+        return revised
 
     def _trim(self, events: deque[tuple[float, str]], now: float) -> deque[tuple[float, str]]:
         while events and events[0][0] < now - self.window_s:

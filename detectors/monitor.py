@@ -2,8 +2,9 @@
 
 A monitor is the state behind one key of the dataflow. It feeds events to its
 detectors, localises their findings (per-rank scores, GPU peer comparison),
-turns them into anomalies — grouping one incident's many lines into one
-anomaly — and says when it may be forgotten. Monitors are plain picklable
+hands them to :class:`~detectors.incidents.Incidents` (grouping, lifecycle) and
+says when it may be forgotten. Anomalies resolve when progress resumes, the job
+ends or restarts, or the node returns to service. Monitors are plain picklable
 objects, so Bytewax can snapshot them for recovery.
 
 >>> from detectors.events import LogRecord, Tick
@@ -18,62 +19,37 @@ objects, so Bytewax can snapshot them for recovery.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from detectors.attribution import attribute_layer
 from detectors.crash import CrashDetector
 from detectors.events import Anomaly, Event, GpuSample, JobEvent, LogRecord, NodeEvent, ProgressRecord
 from detectors.findings import Finding
+from detectors.gpu_activity import GpuActivity, Verdict
 from detectors.gpu_health import GpuHealth
 from detectors.gpu_peers import GpuPeers
-from detectors.hang import HangDetector
-from detectors.ids import anomaly_id, evidence_line
+from detectors.hang import HangDetector, parse_rhythm
+from detectors.ids import evidence_line
+from detectors.incidents import INCIDENT_KINDS, Incidents, to_anomaly
+from detectors.lifecycle import JOB_ENDED, JOB_RESTARTED, NODE_RETURNED, PROGRESS_RESUMED
 from detectors.phases import phase_marker
 from detectors.progress_parsers import parse_nvrx_score, parse_progress
 from detectors.rank_scores import RankScorer
 from detectors.settings import DetectorSettings
-from detectors.signatures import match_line
+from detectors.signatures import looks_fatal, match_line
 from detectors.straggler import StragglerDetector
+from detectors.templates import ErrorTemplates, TemplateHit
+
+__all__ = ["FAILED_STATES", "RUNNING_STATES", "WAITING_STATES", "JobMonitor", "NodeMonitor", "to_anomaly"]
 
 RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING"})
 WAITING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "RESIZING"})
 FAILED_STATES: dict[str, tuple[str, str]] = {
     "FAILED": ("job_failed", "unknown"),
     "NODE_FAIL": ("node_fail", "hardware"),
-    "OUT_OF_MEMORY": ("host_oom", "application"),
+    "OUT_OF_MEMORY": ("host_oom", "system"),
     "BOOT_FAIL": ("node_fail", "hardware"),
 }
-INCIDENT_KINDS = frozenset({"crash", "hang"})
-SLOWDOWN_CATEGORIES = frozenset({"thermal_throttle", "power_brake", "hw_slowdown"})
 NIC_EVIDENCE_S = 1800.0  # a NIC degradation this recent can explain a slowdown
 LOST_GPU_CHECK_S = 30.0  # GPUs report every ~10 s; looking for silent ones more often finds nothing new
-
-
-def to_anomaly(scope: str, job_id: str | None, f: Finding) -> Anomaly:
-    layer, transient = attribute_layer(f.category, f.layer, f.transient)
-    return Anomaly(
-        anomaly_id=anomaly_id(scope, f.kind, f.category, f.onset_ts),
-        detected_at=f.detected_at,
-        onset_ts=f.onset_ts,
-        kind=f.kind,
-        category=f.category,
-        layer=layer,
-        transient=transient,
-        job_id=job_id,
-        nodes=f.nodes,
-        ranks=f.ranks,
-        gpus=f.gpus,
-        confidence=f.confidence,
-        evidence=f.evidence[:10],
-        severity=f.severity,  # type: ignore[arg-type]
-        remedy=f.remedy,
-    )
-
-
-@dataclass(slots=True)
-class _Incident:
-    anomaly_id: str
-    last_ts: float
+_RHYTHM_HINTS = ("_interval", "_steps", "every", "val_check")
 
 
 class JobMonitor:
@@ -91,9 +67,11 @@ class JobMonitor:
         self.straggler = StragglerDetector(st.ratio, st.consecutive, st.baseline_steps, st.warmup_steps)
         self.ranks = RankScorer(st.rank_threshold, st.rank_window, st.rank_consecutive)
         self.gpus = GpuPeers(z_threshold=st.peer_z)
-        self.health = GpuHealth(s.gpu)
-        self._incident: _Incident | None = None
-        self._quiet_until: dict[str, float] = {}  # kind/category -> end of its dedupe window
+        self.activity = GpuActivity()
+        self.health = GpuHealth(s.gpu, idle_drift=False)
+        self.incidents = Incidents(self.scope, job_id, s.crash.group_window_s, st.cooldown_s)
+        self.templates = ErrorTemplates()  # this job's error-line templates (drain3), for unexplained failures
+        self._fatal_templates: dict[int, TemplateHit] = {}  # templates of the fatal-looking lines now pending
         self._max_step = -1
         self._last_step_ts: float | None = None
         self._phase_since_step = False
@@ -106,6 +84,8 @@ class JobMonitor:
     # -- events -------------------------------------------------------------------
     def observe(self, event: Event) -> list[Anomaly]:
         if isinstance(event, ProgressRecord):
+            if event.pp_stage is not None or event.dp_rank is not None:
+                self.ranks.place(event.rank, event.pp_stage, event.dp_rank)
             per_rank = event.compute_time_s if event.compute_time_s is not None else event.step_time_s
             return self._progress(event.ts, event.step, event.rank, event.node, event.step_time_s, per_rank)  # type: ignore[arg-type]
         if isinstance(event, LogRecord):
@@ -118,28 +98,37 @@ class JobMonitor:
 
     def _log(self, rec: LogRecord) -> list[Anomaly]:
         ts: float = rec.ts  # type: ignore[assignment]
-        parsed = parse_progress(rec.line)
+        line = rec.line
+        parsed = parse_progress(line)
         if parsed is not None:
             found = self._progress(ts, parsed.step, rec.rank, rec.node, parsed.step_time_s, None)
             if parsed.nonfinite:
-                match = match_line(rec.line)
+                match = match_line(line)
                 if match is not None:
                     found += self._emit(self.crash.observe_match(rec, match))
             return found
-        score = parse_nvrx_score(rec.line)
+        score = parse_nvrx_score(line)
         if score is not None:
             return self._nvrx(ts, score.rank, score.node, score.score, rec)
-        if "performance:" in rec.line and "NVRx" in rec.line:
-            self._nvrx_section = "individual" if "individual" in rec.line else "relative"
+        if "performance:" in line and "NVRx" in line:
+            self._nvrx_section = "individual" if "individual" in line else "relative"
             return []
-        marker = phase_marker(rec.line)
+        marker = phase_marker(line)
         if marker is not None:
             self.hang.observe_phase(ts, starts=marker[1])
             self._phase_since_step = True
             return []
-        match = match_line(rec.line)
+        if any(hint in line for hint in _RHYTHM_HINTS):
+            rhythm = parse_rhythm(line)
+            if rhythm is not None:
+                self.hang.observe_rhythm(*rhythm)
+                return []
+        match = match_line(line)
         if match is None:
             self.crash.observe_unmatched(rec)
+            hit = self.templates.observe(line)
+            if hit is not None and len(self._fatal_templates) < 8 and looks_fatal(line):
+                self._fatal_templates.setdefault(hit.template_id, hit)
             return []
         if match.signature.category == "nic_degraded":
             self._nic_warnings[rec.node] = ts  # evidence for localising a slowdown, not an anomaly by itself
@@ -152,18 +141,26 @@ class JobMonitor:
             return []
         if step is None:  # progress without a step number: count it ourselves
             step = self._max_step + 1
-        self.hang.observe_progress(ts, step, rank, node)
+        stalled_since = self.hang.last_advance if self.hang.fired else None
+        advanced = self.hang.observe_progress(ts, step, rank, node)
+        resolved: list[Anomaly] = []
+        if advanced and stalled_since is not None:
+            # The job went on by itself: the hang alarm (and any crash it raised meanwhile) was not the end.
+            resolved = self.incidents.resolve(
+                ts, f"{PROGRESS_RESUMED} after {ts - stalled_since:.0f} s", INCIDENT_KINDS, opened_before=ts
+            )
         if per_rank is not None and rank is not None:
             self.ranks.observe(rank, node, per_rank)
         if step < self._max_step:  # restarted from a checkpoint
             self.straggler.restart()
             self.ranks.reset()
             self._max_step, self._last_step_ts = step, ts
-            return []
+            return resolved
         if step == self._max_step:
-            return []
+            return resolved
         if self.crash.fatal_pending:
             self.crash.discard_unclassified()  # the job went on: those lines were not fatal
+            self._fatal_templates.clear()
         found: list[Finding] = []
         if step_time is None and self._last_step_ts is not None and self._max_step >= 0:
             step_time = (ts - self._last_step_ts) / (step - self._max_step)
@@ -179,7 +176,7 @@ class JobMonitor:
                 found.append(rank_finding)
         self._max_step, self._last_step_ts = step, ts
         self._phase_since_step = False
-        return self._emit(found)
+        return resolved + self._emit(found)
 
     def _nvrx(self, ts: float, rank: int, node: str, score: float, rec: LogRecord) -> list[Anomaly]:
         """A rank's score from NVRx's own straggler report."""
@@ -201,8 +198,16 @@ class JobMonitor:
         )
         return self._emit([finding])
 
+    def _stepping(self, ts: float) -> bool:
+        """Whether the job was making steps at ``ts`` (its GPU samples then show its training power)."""
+        last = self._last_step_ts
+        if last is None or self.hang.fired or self._phase_since_step:
+            return False
+        return ts - last <= max(3.0 * (self.hang.interval() or 0.0), 15.0)
+
     def _gpu(self, sample: GpuSample) -> list[Anomaly]:
         self.gpus.observe(sample)
+        self.activity.observe(sample, self._stepping(float(sample.ts)))  # type: ignore[arg-type]
         return self._emit(self.health.observe(sample))
 
     def _job_state(self, ev: JobEvent) -> list[Anomaly]:
@@ -212,16 +217,14 @@ class JobMonitor:
             self.nodes = list(ev.nodes)
         if state in RUNNING_STATES:
             if state == "RUNNING":
-                self._start(ts)
+                return self._start(ts)
             return []
         if state in WAITING_STATES:
             self.hang.stop()
             return []
         self.ended_at = ts
         self.hang.stop()
-        if state not in FAILED_STATES and state != "COMPLETED":
-            # Cancelled, timed out, preempted: what was held is still this job's story.
-            return self._emit(self.crash.flush(ts) or self.crash.unclassified(ts))
+        found: list[Finding]
         if state in FAILED_STATES:
             category, layer = FAILED_STATES[state]
             evidence = [
@@ -229,21 +232,28 @@ class JobMonitor:
                 + (f" exit code {ev.exit_code}" if ev.exit_code is not None else "")
             ]
             # Cascade lines held when the job dies are its best-known cause (a lone NCCL timeout, say).
-            held = self.crash.flush(ts) or self.crash.unclassified(ts)
-            for finding in held:
+            found = self.crash.flush(ts) or self._unclassified(ts)
+            for finding in found:
                 finding.evidence.extend(evidence)
-            return self._emit(held or [Finding("crash", category, layer, ts, ts, confidence=0.6, evidence=evidence)])
-        return []
+            found = found or [Finding("crash", category, layer, ts, ts, confidence=0.6, evidence=evidence)]
+        elif state != "COMPLETED":
+            # Cancelled, timed out, preempted: what was held is still this job's story.
+            found = self.crash.flush(ts) or self._unclassified(ts)
+        else:
+            found = []
+        return self._emit(found) + self.incidents.resolve(ts, f"{JOB_ENDED} ({state})")
 
-    def _start(self, ts: float) -> None:
+    def _start(self, ts: float) -> list[Anomaly]:
+        resolved = self.incidents.resolve(ts, JOB_RESTARTED)
         self.ended_at = None
         self.hang.restart(ts)
         self.straggler.restart()
         self.ranks.reset()
         self.crash.reset()
-        self._incident = None
-        self._quiet_until.clear()
+        self.activity.forget()
+        self.incidents.reset()
         self._max_step, self._last_step_ts = -1, None
+        return resolved
 
     # -- localisation -------------------------------------------------------------------
     def _localise_straggler(self, f: Finding) -> Finding:
@@ -268,29 +278,41 @@ class JobMonitor:
             f.evidence.append(f"odd one out among the job's GPUs (clock, heat, power, throttling): {', '.join(f.gpus)}")
         return f
 
-    def _localise_hang(self, f: Finding) -> None:
+    def _localise_hang(self, f: Finding, activity: Verdict | None) -> None:
         if f.nodes:
             return
         gone = [(node, gpu) for node, gpu, _ in self.gpus.missing(f.detected_at, self.settings.gpu.missing_after_s)]
-        idle = self.gpus.idle_while_peers_spin()
+        idle = activity.suspects if activity is not None and activity.suspects else self.gpus.idle_while_peers_spin()
         suspects = gone or idle
         if suspects:
             f.nodes = sorted({node for node, _ in suspects})
             f.gpus = [f"{node}/{gpu}" for node, gpu in suspects]
-            f.confidence = 0.75
+            f.confidence = max(f.confidence, 0.75)
             why = "stopped reporting" if gone else "idle while peers spin in NCCL kernels"
             f.evidence.append(f"GPU {', '.join(f.gpus)} {why}")
         elif self.nodes:
             f.evidence.append(f"job nodes: {', '.join(self.nodes[:16])}")
 
     # -- clock ------------------------------------------------------------------------
+    def _activity(self, watermark: float) -> Verdict | None:
+        """What the GPUs did since the last step — asked only once the job has been quiet a while."""
+        last = self.hang.last_advance
+        if last is None or self.hang.fired or watermark < last + self.hang.confirm_s:
+            return None
+        verdict = self.activity.verdict(since=last)
+        if verdict.state == "culprit_idle" and self.nodes and verdict.suspects == [(self.nodes[0], 0)]:
+            # Rank 0's GPU idle while its peers spin: a culprit, or rank 0 writing a checkpoint.
+            return Verdict("writer_idle", verdict.samples, verdict.suspects, verdict.why)
+        return verdict
+
     def advance(self, watermark: float) -> list[Anomaly]:
         found = self.crash.advance(watermark)
-        hang = self.hang.advance(watermark)
+        activity = self._activity(watermark)
+        hang = self.hang.advance(watermark, activity)
         if hang is not None and self.crash.fatal_pending:
-            found += self.crash.unclassified(watermark)  # the job stopped after lines no signature explains
+            found += self._unclassified(watermark)  # the job stopped after lines no signature explains
         elif hang is not None:
-            self._localise_hang(hang)
+            self._localise_hang(hang, activity)
             found.append(hang)
         if self.ended_at is None and watermark >= self._next_lost_check:
             self._next_lost_check = watermark + LOST_GPU_CHECK_S
@@ -302,47 +324,26 @@ class JobMonitor:
 
         Held cascades are reported as the hold would have reported them (detected when the hold
         expires), and fatal-looking lines no signature explains as ``crash/unclassified``. No hang
-        or straggler is declared: the data stopping is not the job stopping.
+        or straggler is declared, and nothing is resolved: the data stopping is not the job stopping.
         """
         found = self.crash.flush_expired()
         if self.ended_at is None:
-            found += self.crash.unclassified(watermark)
+            found += self._unclassified(watermark)
         return self._emit(found)
 
     def finished(self, watermark: float) -> bool:
         return self.ended_at is not None and watermark > self.ended_at + self.settings.linger_s
 
-    # -- grouping --------------------------------------------------------------------------
+    def _unclassified(self, ts: float) -> list[Finding]:
+        """``crash/unclassified`` findings, with the templates of their lines (new in this job or not)."""
+        found = self.crash.unclassified(ts)
+        for f in found:
+            f.evidence += [hit.evidence() for hit in self._fatal_templates.values()]
+        self._fatal_templates.clear()
+        return found
+
     def _emit(self, findings: list[Finding]) -> list[Anomaly]:
-        out: list[Anomaly] = []
-        for f in findings:
-            inc = self._incident
-            # A GPU's counters moving during a crash are that crash's evidence, not news.
-            if (
-                (f.kind in INCIDENT_KINDS or f.kind == "gpu_degraded")
-                and inc is not None
-                and (f.onset_ts <= inc.last_ts + self.settings.crash.group_window_s)
-            ):
-                inc.last_ts = max(inc.last_ts, f.detected_at)
-                continue
-            if f.kind not in INCIDENT_KINDS:
-                # One straggler / numerics / degradation report per episode, not per step;
-                # a GPU throttling under a reported straggler is that straggler's cause.
-                if f.category in SLOWDOWN_CATEGORIES and f.detected_at < self._quiet_until.get("straggler", -1.0):
-                    continue
-                topic = f.kind if f.kind == "straggler" else f"{f.kind}/{f.category}/{','.join(f.gpus)}"
-                if f.detected_at < self._quiet_until.get(topic, float("-inf")):
-                    if f.kind == "numerics":  # NaNs on every step are one episode for as long as they last
-                        self._quiet_until[topic] = f.detected_at + self.settings.crash.group_window_s
-                    continue
-                s = self.settings
-                window = s.straggler.cooldown_s if f.kind == "straggler" else s.crash.group_window_s
-                self._quiet_until[topic] = f.detected_at + window
-            anomaly = to_anomaly(self.scope, self.job_id, f)
-            if f.kind in INCIDENT_KINDS:
-                self._incident = _Incident(anomaly.anomaly_id, f.detected_at)
-            out.append(anomaly)
-        return out
+        return self.incidents.emit(findings) if findings else []
 
 
 class NodeMonitor:
@@ -358,6 +359,11 @@ class NodeMonitor:
         self.crash = CrashDetector(s.crash.cascade_hold_s)
         self.last_ts: float | None = None
         self.idle_evict_s = 3600.0
+        self.down: Anomaly | None = None  # the open "node down" anomaly
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        state.setdefault("down", None)
+        self.__dict__.update(state)
 
     def observe(self, event: Event) -> list[Anomaly]:
         self.last_ts = event.ts  # type: ignore[assignment]
@@ -370,9 +376,13 @@ class NodeMonitor:
             return [self._anomaly(f, event.job_id) for f in self.health.observe(event)]
         if isinstance(event, LogRecord):
             return [self._anomaly(f, event.job_id) for f in self.crash.observe(event)]
+        if not isinstance(event, NodeEvent):
+            return []
         # Slurm prints a base state and flags: "DOWN*", "IDLE+NOT_RESPONDING", "MIXED+FAIL".
-        states = set(event.state.upper().rstrip("*").split("+")) if isinstance(event, NodeEvent) else set()
+        states = set(event.state.upper().rstrip("*").split("+"))
         if states & {"DOWN", "NOT_RESPONDING", "FAIL"}:
+            if self.down is not None:
+                return []  # still down: one anomaly per outage
             f = Finding(
                 "node_unhealthy",
                 "node_down",
@@ -383,7 +393,11 @@ class NodeMonitor:
                 confidence=0.7,
                 evidence=[f"scheduler: node {self.node} {event.state}: {event.reason or ''}".strip()],
             )
-            return [self._anomaly(f, event.job_id)]
+            self.down = self._anomaly(f, event.job_id)
+            return [self.down]
+        if self.down is not None and not states & {"DRAIN", "DRAINED", "DRAINING", "MAINT", "REBOOT"}:
+            down, self.down = self.down, None
+            return [down.__class__(**{**_asdict(down), "resolved_at": event.ts, "resolution": NODE_RETURNED})]
         return []
 
     def advance(self, watermark: float) -> list[Anomaly]:
@@ -396,13 +410,17 @@ class NodeMonitor:
         return [self._anomaly(f, None) for f in self.crash.flush_expired()]
 
     def finished(self, watermark: float) -> bool:
-        return self.last_ts is not None and watermark > self.last_ts + self.idle_evict_s
+        return self.last_ts is not None and watermark > self.last_ts + self.idle_evict_s and self.down is None
 
     def _anomaly(self, f: Finding, job_id: str | None) -> Anomaly:
         if job_id is None and f.kind in ("crash", "gpu_degraded"):
             # No job runs here: the node itself is the problem to act on.
             f.kind = "node_unhealthy"
         return to_anomaly(self.scope, job_id, f)
+
+
+def _asdict(anomaly: Anomaly) -> dict[str, object]:
+    return {name: getattr(anomaly, name) for name in anomaly.__struct_fields__}
 
 
 def _fields(struct: object) -> dict[str, object]:

@@ -20,6 +20,22 @@ otherwise makes ordinary ranks look 25 % slow (job_1, worker 4 at t≈150).
 ...     found.append(scorer.evaluate(float(step)))
 >>> [(f.ranks, f.nodes) for f in found if f]
 [([2], ['n2'])]
+
+Pipeline-parallel jobs: ranks :meth:`~RankScorer.place`\\ d in a stage are compared
+after dividing their times by their stage's pace (:mod:`detectors.pipeline`), so a
+stage that is slower by design blames no rank; it is reported once, as a
+``pipeline_imbalance`` warning, by :meth:`~RankScorer.evaluate`.
+
+>>> scorer = RankScorer(window=3, consecutive=2)
+>>> for rank in range(4):
+...     scorer.place(rank, stage=rank // 2, dp_rank=rank % 2)
+>>> found = []
+>>> for step in range(12):
+...     for rank in range(4):
+...         scorer.observe(rank, f"n{rank}", 1.6 if rank >= 2 else 1.0)  # stage 1 is heavier
+...     found.append(scorer.evaluate(float(step)))
+>>> [(f.category, f.severity, f.ranks) for f in found if f]
+[('pipeline_imbalance', 'warning', [])]
 """
 
 from __future__ import annotations
@@ -28,6 +44,7 @@ from collections import deque
 from statistics import median
 
 from detectors.findings import Finding
+from detectors.pipeline import StageBalance
 
 
 class RankScorer:
@@ -40,12 +57,21 @@ class RankScorer:
         consecutive: int = 5,
         min_ranks: int = 2,
         reference: str = "median",
+        imbalance_ratio: float = 1.25,
     ) -> None:
         self.threshold = threshold
         self.reference = reference
         self.window = window
         self.consecutive = consecutive
         self.min_ranks = min_ranks
+        self.imbalance_ratio = imbalance_ratio
+        # Where ranks sit in the pipeline: the job's layout, kept across restarts.
+        self._stage: dict[int, int] = {}
+        self._dp_rank: dict[int, int] = {}
+        self._imbalance_reported = False
+        self._start_run()
+
+    def _start_run(self) -> None:
         self._times: dict[int, deque[float]] = {}
         self._node: dict[int, str] = {}
         self._best: dict[int, float] = {}
@@ -53,6 +79,15 @@ class RankScorer:
         self._above: dict[int, int] = {}
         self._first_below: dict[int, float] = {}
         self._flagged: set[int] = set()
+        self._balance = StageBalance(self.consecutive, self.imbalance_ratio)
+        self._pending: Finding | None = None
+
+    def place(self, rank: int, stage: int | None, dp_rank: int | None = None) -> None:
+        """Record ``rank``'s pipeline stage (and data-parallel replica, for evidence); idempotent."""
+        if stage is not None:
+            self._stage[rank] = stage
+        if dp_rank is not None:
+            self._dp_rank[rank] = dp_rank
 
     def observe(self, rank: int, node: str, seconds: float) -> None:
         times = self._times.get(rank)
@@ -62,18 +97,29 @@ class RankScorer:
         self._node[rank] = node
 
     def reset(self) -> None:
-        self.__init__(self.threshold, self.window, self.consecutive, self.min_ranks, self.reference)  # type: ignore[misc]
+        """A new run of the job (restart, requeue): forget timings, relearn stage paces."""
+        self._start_run()
+
+    def _medians(self) -> dict[int, float]:
+        return {r: median(t) for r, t in self._times.items() if len(t) == self.window}
 
     def scores(self) -> dict[int, tuple[float, float]]:
-        """``rank -> (relative, individual)`` for ranks with a full window."""
-        medians = {r: median(t) for r, t in self._times.items() if len(t) == self.window}
+        """``rank -> (relative, individual)`` for ranks with a full window.
+
+        The relative score compares stage-normalised times: a rank's median over its
+        stage's pace (1 for ranks of no known stage).
+        """
+        medians = self._medians()
         if len(medians) < self.min_ranks:
             return {}
-        ref = min(medians.values()) if self.reference == "fastest" else median(medians.values())
+        paces = self._balance.paces(medians, self._stage)
+        norm = {r: m / (paces.get(self._stage[r], 1.0) if r in self._stage else 1.0) for r, m in medians.items()}
+        ref = min(norm.values()) if self.reference == "fastest" else median(norm.values())
         out = {}
         for rank, m in medians.items():
             best = self._best[rank] = min(self._best.get(rank, m), m)
-            out[rank] = (min(1.0, ref / m) if m > 0 else 1.0, best / m if m > 0 else 1.0)
+            n = norm[rank]
+            out[rank] = (min(1.0, ref / n) if n > 0 else 1.0, best / m if m > 0 else 1.0)
         return out
 
     def slowest(self) -> tuple[int, str, float] | None:
@@ -84,8 +130,27 @@ class RankScorer:
         rank = min(scores, key=lambda r: scores[r][0])
         return rank, self._node[rank], scores[rank][0]
 
+    def where(self, rank: int) -> str:
+        """``rank 0 (dp_rank 0, pp stage 0)``, with what is known of its place.
+
+        >>> s = RankScorer(); s.place(4, stage=1, dp_rank=0); (s.where(4), s.where(5))
+        ('rank 4 (dp_rank 0, pp stage 1)', 'rank 5')
+        """
+        place = [f"dp_rank {self._dp_rank[rank]}"] if rank in self._dp_rank else []
+        place += [f"pp stage {self._stage[rank]}"] if rank in self._stage else []
+        return f"rank {rank}" + (f" ({', '.join(place)})" if place else "")
+
     def evaluate(self, ts: float) -> Finding | None:
-        """Score every rank once (call once per step); a finding when a straggler episode starts."""
+        """Score every rank once (call once per step); a finding when a straggler episode starts.
+
+        While stage paces are being learnt, a stage slower by design is reported as a
+        ``pipeline_imbalance`` warning; should a straggler start at that same evaluation,
+        the warning follows at the next one (one finding per evaluation).
+        """
+        if self._stage and self._balance.frozen is None:  # pipeline jobs, while stage paces are learnt
+            imbalance = self._balance.learn(ts, self._medians(), self._stage)
+            if imbalance is not None and not self._imbalance_reported:
+                self._pending = imbalance
         scores = self.scores()
         new: list[int] = []
         for rank, (relative, _individual) in scores.items():
@@ -103,11 +168,16 @@ class RankScorer:
                 if self._above[rank] >= self.consecutive:
                     self._flagged.discard(rank)
         if not new:
+            if self._pending is not None:
+                self._imbalance_reported = True
+                pending, self._pending = self._pending, None
+                return pending
             return None
         new.sort(key=lambda r: scores[r][0])
+        peers = "stage-normalised, " if any(r in self._stage for r in new) else ""
         evidence = [
-            f"rank {r} on {self._node[r]}: relative score {scores[r][0]:.2f}, individual {scores[r][1]:.2f} "
-            f"(threshold {self.threshold:g})"
+            f"{self.where(r)} on {self._node[r]}: relative score {scores[r][0]:.2f}, individual {scores[r][1]:.2f} "
+            f"({peers}threshold {self.threshold:g})"
             for r in new
         ]
         return Finding(

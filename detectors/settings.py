@@ -14,6 +14,8 @@ class HangSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     warmup_steps: int = 3
     startup_grace_s: float = 600.0
     pause_grace_s: float = 900.0
+    busy_grace_s: float = 600.0  # GPUs still computing near training power: evaluation or a long step
+    confirm_s: float = 15.0  # GPUs spinning in NCCL this long after the last step (two samples) is a hang
 
 
 class StragglerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

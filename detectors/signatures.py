@@ -25,7 +25,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from detectors.catalogue import CATALOGUE, EXIT, FAMILIES, FATAL_LOOKING, PREFILTER, XID, Signature
+import ahocorasick_rs
+
+from detectors.catalogue import (
+    CATALOGUE,
+    EXIT,
+    FAMILIES,
+    FATAL_LOOKING,
+    PREFILTER_PATTERN,
+    PREFILTER_WORDS,
+    XID,
+    Signature,
+)
 from detectors.xid import xid_info
 
 __all__ = [
@@ -73,9 +84,26 @@ def looks_fatal(line: str) -> bool:
     return FATAL_LOOKING.search(line) is not None
 
 
+# The pattern's pieces are not plain words: their anchors ("inf", "GPU", "D ") only send a line
+# on to the pattern itself, which is searched only then.
+_ANCHORS = ("inf", "Inf", "GPU", "D ")
+_WORDS = ahocorasick_rs.AhoCorasick([*PREFILTER_WORDS, *_ANCHORS])
+_FIRST_ANCHOR = len(PREFILTER_WORDS)
+
+
+def could_match(line: str) -> bool:
+    """The pre-filter: whether ``line`` could match any signature at all."""
+    found = _WORDS.find_matches_as_indexes(line)
+    if not found:
+        return False
+    if any(index < _FIRST_ANCHOR for index, _, _ in found):
+        return True
+    return PREFILTER_PATTERN.search(line) is not None
+
+
 def match_line(line: str) -> SignatureMatch | None:
     """The first catalogue signature matching ``line``, with extracted fields."""
-    if PREFILTER.search(line) is None:
+    if not could_match(line):
         return None
     for sig in CATALOGUE:
         m = sig.regex.search(line)

@@ -25,9 +25,16 @@ SHARED_DATASETS = ROOT.parent / "shared" / "datasets"
 
 @dataclass
 class RunResult:
+    """A run's outputs; ``anomalies`` as opened, ``resolutions`` the records that later closed them."""
+
     anomalies: list[Anomaly] = field(default_factory=list)
     actions: list[Action] = field(default_factory=list)
     dead: list[DeadLetter] = field(default_factory=list)
+    resolutions: list[Anomaly] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.resolutions = [a for a in self.anomalies if a.resolved]
+        self.anomalies = [a for a in self.anomalies if not a.resolved]
 
     def by_kind(self, kind: str) -> list[Anomaly]:
         return [a for a in self.anomalies if a.kind == kind]

@@ -7,6 +7,7 @@ from pathlib import Path
 import polars as pl
 from typer.testing import CliRunner
 
+from dataflows.archive import read_dataset
 from dataflows.cli import app
 from dataflows.config import load_settings
 
@@ -18,7 +19,9 @@ def test_demo_reports_the_bundled_faults_and_writes_parquet(tmp_path: Path):
     assert result.exit_code == 0, result.output
     assert "Found 4 of the 4 labelled faults" in result.output
     assert "Parquet archive" in result.output
-    assert pl.scan_parquet(tmp_path / "out" / "anomalies" / "**" / "*.parquet").collect().height == 5
+    archived = pl.scan_parquet(tmp_path / "out" / "anomalies" / "**" / "*.parquet").collect()
+    assert archived.filter(pl.col("resolved_at").is_null()).height == 5  # opened; resolutions come as more rows
+    assert read_dataset(tmp_path / "out", "anomalies").height == 5
 
 
 def test_replay_with_config_env_and_quiet(tmp_path: Path, monkeypatch):
@@ -39,7 +42,7 @@ def test_replay_on_worker_processes_finds_what_one_worker_finds(tmp_path: Path):
     two = runner.invoke(app, ["replay", str(DEMO_DIR), "--quiet", "--processes", "2", "--out", str(tmp_path)])
     assert two.exit_code == 0, two.output
     assert "5 anomalies" in one.output and "5 anomalies" in two.output
-    assert pl.read_parquet(tmp_path / "anomalies").height == 5  # the archive, written by a worker process
+    assert read_dataset(tmp_path, "anomalies").height == 5  # the archive, written by a worker process
     both = runner.invoke(app, ["replay", str(DEMO_DIR), "-p", "2", "-w", "2"])
     assert _one_sentence_error(both).startswith("error: use --processes or --workers")
 

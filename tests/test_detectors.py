@@ -38,7 +38,8 @@ def test_cascade_of_timeouts_waits_for_a_root_error_and_becomes_one_anomaly():
     # Later cascade lines and the scheduler's FAILED join the same incident.
     assert mon.observe(log(700.0, TIMEOUT.format(r=5), rank=5)) == []
     assert mon.advance(800.0) == []
-    assert mon.observe(JobEvent(ts=705.0, job_id="7", state="FAILED", nodes=["n1", "n2"])) == []
+    ended = mon.observe(JobEvent(ts=705.0, job_id="7", state="FAILED", nodes=["n1", "n2"]))
+    assert [(a.anomaly_id, a.resolution) for a in ended] == [(root[0].anomaly_id, "job ended (FAILED)")]
 
 
 def test_cascade_alone_is_reported_after_the_hold_as_a_system_fault():

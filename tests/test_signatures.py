@@ -59,30 +59,6 @@ def test_fields_are_extracted():
 
 
 @pytest.mark.parametrize(
-    ("code", "layer", "family"),
-    [
-        (13, "application", "cuda_error"),
-        (31, "application", "cuda_error"),
-        (43, "application", "cuda_error"),
-        (48, "hardware", "gpu_xid_hardware"),
-        (63, "hardware", "gpu_xid_hardware"),
-        (64, "hardware", "gpu_xid_hardware"),
-        (74, "hardware", "gpu_xid_hardware"),
-        (79, "hardware", "gpu_xid_hardware"),
-        (94, "hardware", "gpu_xid_hardware"),
-        (95, "hardware", "gpu_xid_hardware"),
-        (119, "system", "gpu_xid_hardware"),
-        (120, "system", "gpu_xid_hardware"),
-        (999, "hardware", "gpu_xid_hardware"),
-    ],
-)
-def test_xid_codes_map_to_nvidia_resolution(code: int, layer: str, family: str):
-    m = match_line(f"NVRM: Xid (PCI:0000:3b:00): {code}, pid=1, name=python")
-    assert m is not None and m.signature.category == f"xid_{code}"
-    assert m.signature.layer == layer and family_of(m.signature.category) == family
-
-
-@pytest.mark.parametrize(
     "line",
     [
         "iteration     3383/    8000 | lm loss: 7.334521E-01 | grad norm: 0.752 | number of nan iterations:   0 |",

@@ -1,0 +1,113 @@
+"""What a job's GPUs are doing while its logs are silent: computing, spinning in NCCL, or idle.
+
+A job that stops logging while its GPUs keep *computing* (busy, drawing close to
+the power they draw while training) is evaluating or taking a long step. A job
+whose GPUs *spin* — busy but drawing far less power, the signature of NCCL's
+busy-wait kernels waiting on a peer — or where one GPU idles while its peers
+spin, is hung. Idle GPUs everywhere are a checkpoint write, a data stall or a
+dead process: the logs must decide.
+
+The training power level is learned per GPU from samples taken while the job
+makes steps, so no absolute wattage is assumed (an H100 and an A10 differ by 5×).
+
+>>> from detectors.events import GpuSample
+>>> act = GpuActivity()
+>>> for t in range(0, 100, 10):
+...     for g in range(4):
+...         act.observe(GpuSample(ts=float(t), node="n1", gpu=g, util_pct=99.0, power_w=600.0), stepping=True)
+>>> for t in (110, 120):
+...     for g in range(4):
+...         act.observe(GpuSample(ts=float(t), node="n1", gpu=g, util_pct=100.0, power_w=180.0), stepping=False)
+>>> act.verdict(since=100.0).state
+'spinning'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from statistics import median
+
+from detectors.events import GpuSample
+
+GpuKey = tuple[str, int]
+
+BUSY_UTIL = 50.0  # % utilisation: the GPU is doing something
+SPIN_UTIL = 85.0  # NCCL's busy-wait kernels keep utilisation pinned near 100 %
+IDLE_UTIL = 10.0
+SPIN_POWER = 0.55  # spinning draws at most this share of the GPU's training power
+TRAIN_EWM = 0.1  # weight of a new stepping sample in the training power level
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """``state``: computing | spinning | culprit_idle | idle | unknown (``writer_idle``: a culprit that is
+    rank 0's GPU, which the job monitor tells apart); ``samples``: rounds seen since."""
+
+    state: str
+    samples: int
+    suspects: list[GpuKey] = field(default_factory=list)
+    why: str = ""
+
+
+class GpuActivity:
+    """Recent samples of one job's GPUs and their learned training power level."""
+
+    def __init__(self, keep: int = 8) -> None:
+        self.keep = keep
+        self._recent: dict[GpuKey, list[tuple[float, float | None, float | None]]] = {}
+        self._train_power: dict[GpuKey, float] = {}
+
+    def observe(self, sample: GpuSample, stepping: bool) -> None:
+        """One sample; ``stepping``: the job was making steps when it was taken (it teaches the power level)."""
+        key = (sample.node, sample.gpu)
+        ts = float(sample.ts)  # type: ignore[arg-type]
+        recent = self._recent.setdefault(key, [])
+        recent.append((ts, sample.util_pct, sample.power_w))
+        if len(recent) > self.keep:
+            del recent[0]
+        if stepping and sample.power_w is not None and (sample.util_pct or 0.0) >= BUSY_UTIL:
+            level = self._train_power.get(key)
+            power = float(sample.power_w)
+            self._train_power[key] = power if level is None else level + TRAIN_EWM * (power - level)
+
+    def forget(self) -> None:
+        """The job restarted: recent samples no longer describe it (the learned levels still do)."""
+        self._recent.clear()
+
+    def verdict(self, since: float) -> Verdict:
+        """What the GPUs did in the samples taken after ``since`` (the last step)."""
+        per_gpu: dict[GpuKey, list[tuple[float, float | None, float | None]]] = {
+            key: [s for s in recent if s[0] > since] for key, recent in self._recent.items()
+        }
+        per_gpu = {k: v for k, v in per_gpu.items() if v}
+        if not per_gpu:
+            return Verdict("unknown", 0)
+        rounds = min(len(v) for v in per_gpu.values())
+        util = {k: median(u for _, u, _ in v if u is not None) for k, v in per_gpu.items() if _has(v, 1)}
+        if not util:
+            return Verdict("unknown", rounds)
+        share = {
+            k: median(p for _, _, p in v if p is not None) / self._train_power[k]
+            for k, v in per_gpu.items()
+            if _has(v, 2) and self._train_power.get(k)
+        }
+        busy = [k for k, u in util.items() if u >= SPIN_UTIL]
+        idle = [k for k, u in util.items() if u < IDLE_UTIL]
+        if idle and len(busy) >= max(2, len(util) // 2):
+            return Verdict("culprit_idle", rounds, sorted(idle), "idle while its peers spin in NCCL kernels")
+        if len(idle) == len(util):
+            return Verdict("idle", rounds, why="every GPU of the job is idle")
+        if not share:
+            return Verdict("unknown", rounds, why="no training power level learned yet")
+        low = [k for k in busy if share.get(k, 1.0) <= SPIN_POWER]
+        if busy and len(low) * 2 > len(util):
+            level = median(share[k] for k in low)
+            return Verdict("spinning", rounds, why=f"busy at {level:.0%} of training power: spinning in NCCL kernels")
+        working = [k for k, u in util.items() if u >= BUSY_UTIL and share.get(k, 0.0) > SPIN_POWER]
+        if len(working) * 2 > len(util):
+            return Verdict("computing", rounds, why="busy near training power: computing (evaluation or a long step)")
+        return Verdict("unknown", rounds, why="mixed activity")
+
+
+def _has(samples: list[tuple[float, float | None, float | None]], index: int) -> bool:
+    return any(s[index] is not None for s in samples)

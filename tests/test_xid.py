@@ -1,0 +1,107 @@
+"""Every Xid code NVIDIA documents gets a layer and an action from NVIDIA's own resolution."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from actions.policy import Policy, PolicyConfig
+from detectors.events import GpuSample, LogRecord
+from detectors.gpu_health import GpuHealth
+from detectors.monitor import JobMonitor, NodeMonitor
+from detectors.signatures import family_of, match_line
+from detectors.xid import CATALOG_PATH, catalog, xid_info
+
+XID_LOG = "../shared/datasets/nvidia-xid-catalog/dmesg-with-xid-119.log"
+
+
+def _line(code: int) -> str:
+    return f"NVRM: Xid (PCI:0000:3b:00): {code}, pid=4242, name=python, Ch 00000008"
+
+
+def _actions(code: int) -> list[str]:
+    mon = JobMonitor("9")
+    mon.nodes = ["n1"]
+    found = mon.observe(LogRecord(ts=100.0, job_id="9", node="n1", source="kernel", line=_line(code)))
+    found += mon.end_of_input(200.0)
+    policy = Policy(PolicyConfig())
+    return sorted({x.action for a in found for x in policy.decide(a)})
+
+
+def test_the_vendored_catalog_is_nvidias_whole_table() -> None:
+    with CATALOG_PATH.open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 172 == len(catalog())
+    assert (CATALOG_PATH.parent / "xid-catalog.LICENSE").is_file()
+
+
+def test_every_code_resolves_to_a_layer_and_an_action() -> None:
+    for code, info in catalog().items():
+        assert info.layer in ("hardware", "system", "application"), code
+        m = match_line(_line(code))
+        assert m is not None and m.signature.category == f"xid_{code}", code
+        assert family_of(m.signature.category) in ("gpu_xid_hardware", "ecc_error")
+        assert _actions(code) or info.evidence_only, f"Xid {code} ({info.immediate}) decided nothing"
+
+
+@pytest.mark.parametrize(
+    ("code", "resolution", "layer", "actions"),
+    [
+        (79, "RESTART_BM", "hardware", ["drain_node", "requeue_job"]),  # fallen off the bus
+        (64, "RESET_GPU", "hardware", ["drain_node", "requeue_job"]),  # row remap failure
+        (119, "RESET_GPU", "system", ["drain_node", "requeue_job"]),  # GSP timeout: software, still a reset
+        (61, "CONTACT_SUPPORT", "hardware", ["drain_node", "requeue_job"]),
+        (54, "CHECK_MECHANICALS", "hardware", ["drain_node", "requeue_job"]),  # auxiliary power
+        (48, "WORKFLOW_XID_48", "hardware", ["drain_node", "requeue_job"]),  # double-bit ECC
+        (149, "WORKFLOW_NVLINK5_ERR", "hardware", ["drain_node", "requeue_job"]),
+        (74, "WORKFLOW_NVLINK_ERR", "hardware", ["drain_node", "requeue_job"]),
+        (78, "UPDATE_SWFW", "system", ["drain_node", "requeue_job"]),
+        (13, "RESTART_APP", "application", ["notify"]),  # the application's own kernel: the user's call
+        (31, "RESTART_APP", "application", ["notify"]),
+        (94, "RESTART_APP", "hardware", ["requeue_job"]),  # contained ECC error: retried, no quarantine
+        (159, "CHECK_UVM", "system", ["requeue_job"]),
+        (45, "WORKFLOW_XID_45", "system", ["requeue_job"]),  # clean-up after another error, alone
+        (63, "IGNORE", "hardware", []),  # a row remap recorded: evidence only
+        (43, "IGNORE", "hardware", []),
+        (154, "XID_154", "hardware", []),
+    ],
+)
+def test_one_code_per_resolution_class(code: int, resolution: str, layer: str, actions: list[str]) -> None:
+    info = xid_info(code)
+    assert (info.immediate, info.layer) == (resolution, layer)
+    assert _actions(code) == actions
+
+
+def test_ignored_xids_only_warn_in_a_burst_and_never_drain() -> None:
+    node = NodeMonitor("n7")
+    lines = [LogRecord(ts=100.0 + i, node="n7", source="kernel", line=_line(63)) for i in range(3)]
+    found = [a for rec in lines for a in node.observe(rec)]
+    assert [(a.category, a.severity) for a in found] == [("xid_63", "warning")]
+    assert [x.action for x in Policy(PolicyConfig()).decide(found[0])] == ["notify"]
+    health = GpuHealth()
+    samples = [GpuSample(ts=10.0 * i, node="n7", gpu=0, xid=63) for i in range(1, 4)]
+    assert [f.severity for s in samples for f in health.observe(s)] == ["warning"]
+
+
+def test_a_line_naming_an_earlier_xid_is_blamed_on_that_xid() -> None:
+    m = match_line("NVRM: Xid (PCI:0000:9b:00): 45, pid=7, name=python, Ch 00000008 caused by previous Xid 149")
+    assert m is not None and m.signature.category == "xid_149" and m.signature.remedy == "WORKFLOW_NVLINK5_ERR"
+
+
+def test_the_real_gsp_timeout_dump_is_one_anomaly_that_resets_the_gpu() -> None:
+    from pathlib import Path
+
+    from dataflows.logimport import import_lines
+
+    path = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "nvidia-xid-catalog" / "dmesg-with-xid-119.log"
+    if not path.is_file():
+        pytest.skip(f"real dmesg dump not found at {path}")
+    mon = JobMonitor("5")
+    found = []
+    for rec in import_lines(path.read_text().splitlines(), job_id="5", node="gpu-node-4", year=2025):
+        found += mon.observe(LogRecord(**{k: v for k, v in rec.items() if v is not None}))
+    found += mon.end_of_input(found[-1].detected_at + 60 if found else 2e9)
+    opened = [a for a in found if not a.resolved]
+    assert [(a.category, a.layer, a.remedy) for a in opened] == [("xid_119", "system", "RESET_GPU")]
+    assert {x.action for x in Policy(PolicyConfig()).decide(opened[0])} == {"drain_node", "requeue_job"}

@@ -25,10 +25,11 @@ from actions.policy import Policy
 from dataflows import metrics
 from dataflows.config import SchedulerSettings, Settings
 from detectors.events import Action, Anomaly
+from detectors.lifecycle import is_false_alarm
 
 log = logging.getLogger(__name__)
 
-Decision = tuple[Anomaly, Action]
+Decision = tuple[Anomaly, Action | None]  # no action: withdraw this anomaly's pending ones (a false alarm)
 
 
 class PolicyLogic(StatefulBatchLogic[Anomaly, Decision, bytes]):
@@ -38,7 +39,15 @@ class PolicyLogic(StatefulBatchLogic[Anomaly, Decision, bytes]):
         self.policy = policy
 
     def on_batch(self, values: list[Anomaly]) -> tuple[list[Decision], bool]:
-        return [(a, x) for a in values for x in self.policy.decide(a)], StatefulBatchLogic.RETAIN
+        out: list[Decision] = []
+        for a in values:
+            if a.resolved_at is not None:
+                # The job went on by itself: what was decided for the alarm must not happen now.
+                if is_false_alarm({"kind": a.kind, "resolution": a.resolution}):
+                    out.append((a, None))
+                continue
+            out += [(a, x) for x in self.policy.decide(a)]
+        return out, StatefulBatchLogic.RETAIN
 
     def snapshot(self) -> bytes:
         return pickle.dumps(self.policy, protocol=pickle.HIGHEST_PROTOCOL)
@@ -82,6 +91,7 @@ class BackgroundExecutor:
         self._lock = threading.Lock()
         self._pending = 0
         self._unfinished: dict[str, Decision] = {}  # submitted, not yet carried out (what a snapshot keeps)
+        self._withdrawn: dict[str, str] = {}  # anomaly id -> why its queued actions must not run
         self._thread = threading.Thread(target=self._work, name="trainguard-actions", daemon=True)
         self._thread.start()
         self._submit_call(executor.reconcile)
@@ -97,6 +107,11 @@ class BackgroundExecutor:
                 self._pending += 1
                 self._unfinished.update((action.action_id, (a, action)) for a, action in decisions)
             self._inbox.put(decisions)
+
+    def withdraw(self, anomaly_id: str, why: str) -> None:
+        """Actions of this anomaly still queued are not carried out (reported suppressed instead)."""
+        with self._lock:
+            self._withdrawn[anomaly_id] = why
 
     def unfinished(self) -> list[Decision]:
         with self._lock:
@@ -133,6 +148,12 @@ class BackgroundExecutor:
                 self._pending -= 1
 
     def _one(self, anomaly: Anomaly, action: Action) -> Action | None:
+        with self._lock:
+            withdrawn = self._withdrawn.get(anomaly.anomaly_id)
+        if withdrawn is not None and action.status == "recommended":
+            with self._lock:
+                self._unfinished.pop(action.action_id, None)
+            return msgspec.structs.replace(action, status="suppressed", reason=f"{action.reason}; {withdrawn}")
         try:
             done = self.executor.execute(anomaly, action)
             with self._lock:
@@ -155,6 +176,7 @@ class ActionLogic(StatefulBatchLogic[Decision, Action, bytes]):
         self.executor = executor
         self.background = BackgroundExecutor(executor) if executor.driver is not None else None
         self._resumed: list[Action] = []
+        self._recommended: dict[str, list[Action]] = {}  # anomaly id -> recommendations awaiting an operator
         if resumed:
             if self.background is not None:
                 self.background.submit(resumed)
@@ -162,13 +184,35 @@ class ActionLogic(StatefulBatchLogic[Decision, Action, bytes]):
                 self._resumed = [x for a, action in resumed if (x := executor.execute(a, action))]
 
     def on_batch(self, values: list[Decision]) -> tuple[list[Action], bool]:
+        withdrawn = self._withdraw([a for a, action in values if action is None])
+        values = [(a, action) for a, action in values if action is not None]
         if self.background is None:
-            done = [x for a, action in values if (x := self.executor.execute(a, action))]
+            done = withdrawn + [x for a, action in values if (x := self.executor.execute(a, action))]
             if self._resumed:
                 done, self._resumed = self._resumed + done, []
-            return done, StatefulBatchLogic.RETAIN
+            return self._remember(done), StatefulBatchLogic.RETAIN
         self.background.submit(values)
-        return self._collect(), StatefulBatchLogic.RETAIN
+        return withdrawn + self._collect(), StatefulBatchLogic.RETAIN
+
+    def _withdraw(self, resolved: list[Anomaly]) -> list[Action]:
+        """False alarms resolved: queued actions are dropped; recommendations still awaiting an operator
+        are published again as suppressed, so nobody approves a requeue of a job that went on."""
+        out: list[Action] = []
+        for anomaly in resolved:
+            why = f"anomaly resolved: {anomaly.resolution}"
+            if self.background is not None:
+                self.background.withdraw(anomaly.anomaly_id, why)
+            for action in self._recommended.pop(anomaly.anomaly_id, []):
+                out.append(msgspec.structs.replace(action, status="suppressed", reason=f"{action.reason}; {why}"))
+        return out
+
+    def _remember(self, done: list[Action]) -> list[Action]:
+        for action in done:
+            if action.status == "recommended" and action.action != "notify":
+                self._recommended.setdefault(action.anomaly_id, []).append(action)
+        while len(self._recommended) > 1000:  # recent anomalies only
+            self._recommended.pop(next(iter(self._recommended)))
+        return done
 
     def on_notify(self) -> tuple[list[Action], bool]:
         return self._collect(), StatefulBatchLogic.RETAIN
@@ -185,7 +229,7 @@ class ActionLogic(StatefulBatchLogic[Decision, Action, bytes]):
 
     def _collect(self) -> list[Action]:
         metrics.BREAKER_OPEN.set(1 if self.executor.breaker.is_open else 0)
-        return self.background.collect() if self.background is not None else []
+        return self._remember(self.background.collect()) if self.background is not None else []
 
     def snapshot(self) -> bytes:
         queued = self.background.unfinished() if self.background is not None else []

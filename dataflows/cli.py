@@ -124,7 +124,8 @@ class RunReport:
         false_alarms = sum(is_false_alarm(msgspec.structs.asdict(a)) for a in self.resolutions.values())
         console.print(
             f"{len(self.anomalies)} anomalies ({len(self.resolutions)} resolved, {false_alarms} false alarms "
-            f"resolved by progress), actions: {actions}, {dead} dead-lettered records"
+            f"resolved by progress), actions: {actions}, {dead} dead-lettered records",
+            soft_wrap=True,
         )
         for reason, n in self.dead.most_common(8):
             console.print(f"  [dim]{n:>6} × {reason}[/]")
@@ -273,7 +274,7 @@ def run(
 ) -> None:
     """Run live against Kafka: consume the input topics, publish anomalies and actions."""
     from dataflows.flow import build_flow
-    from dataflows.kafka_io import KafkaRecordMapper, LagMonitor, check_topics, kafka_source
+    from dataflows.kafka_io import KafkaRecordMapper, LagMonitor, StoppableSource, check_topics, kafka_source
 
     settings = settings_from(config)
     if brokers:
@@ -307,8 +308,9 @@ def run(
         f"publishing to {settings.kafka.anomalies_topic}, {settings.kafka.actions_topic}"
     )
     mapper = KafkaRecordMapper(settings.kafka)
+    stopping = threading.Event()
     flow = build_flow(
-        kafka_source(settings.kafka, inputs.topics),
+        StoppableSource(kafka_source(settings.kafka, inputs.topics), stopping),
         settings,
         report.outputs(out, kafka=True),
         live=True,
@@ -317,11 +319,13 @@ def run(
     )
     lag = LagMonitor(settings.kafka, mapper, inputs.topics) if server is not None and workers == 1 else None
 
-    stopping = threading.Event()
-
-    def stop(signum: int, frame: object) -> None:  # a service manager's stop is a clean stop
+    def stop(signum: int, frame: object) -> None:
+        # A service manager's stop is a clean stop: end the input, so the flow releases what it holds
+        # (held lines are reported) and flushes its sinks. A second signal stops at once.
+        if stopping.is_set():
+            raise KeyboardInterrupt
         stopping.set()
-        raise KeyboardInterrupt
+        console.print("stopping: draining the flow (send the signal again to stop at once)")
 
     signal.signal(signal.SIGTERM, stop)
     try:

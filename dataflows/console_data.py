@@ -16,9 +16,23 @@ from typing import Any
 import msgspec
 
 from detectors.events import Action, Anomaly
+from detectors.lifecycle import latest_records
 
 PROGRESS_BUCKETS = 360  # 10 s buckets: one hour of a job's timeline
-_ANOMALY_FIELDS = ("kind", "category", "layer", "transient", "confidence", "job_id", "nodes", "gpus", "evidence")
+_ANOMALY_FIELDS = (
+    "kind",
+    "category",
+    "layer",
+    "transient",
+    "confidence",
+    "job_id",
+    "nodes",
+    "gpus",
+    "evidence",
+    "severity",
+    "resolved_at",
+    "resolution",
+)
 
 
 class ConsoleData:
@@ -84,10 +98,10 @@ class ConsoleData:
                 continue
             self._seen_files.add(path)
             for row in pl.read_parquet(path).to_dicts():
-                for key in ("detected_at", "onset_ts"):
+                for key in ("detected_at", "onset_ts", "resolved_at"):
                     if row.get(key) is not None and hasattr(row[key], "timestamp"):
                         row[key] = row[key].timestamp()
-                self.anomalies[row["anomaly_id"]] = row
+                self._put(row)
                 changed = True
         return changed
 
@@ -95,7 +109,7 @@ class ConsoleData:
         """Anomalies and progress records from a live source (the Kafka topics)."""
         with self._lock:
             for row in anomalies:
-                self.anomalies[row["anomaly_id"]] = row  # at-least-once upstream: the id deduplicates
+                self._put(row)  # at-least-once upstream: the id deduplicates
             for job, ts in progress:
                 series = self.progress.setdefault(job, [])
                 bucket = float(ts // 10 * 10)
@@ -105,6 +119,10 @@ class ConsoleData:
                     series.append([bucket, 1.0])
                     del series[:-PROGRESS_BUCKETS]  # keep the last hour
             self.version += 1
+
+    def _put(self, row: dict[str, Any]) -> None:
+        """Keep one record per anomaly: its resolution once there is one, whatever order they came in."""
+        self.anomalies[row["anomaly_id"]] = latest_records([self.anomalies.get(row["anomaly_id"]) or row, row])[0]
 
     # ------------------------------------------------------------ views
 

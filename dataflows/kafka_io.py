@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable
+from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -15,6 +17,7 @@ from bytewax.connectors.kafka import (
     KafkaSource,
     KafkaSourceMessage,
 )
+from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -196,3 +199,41 @@ def create_topics(settings: KafkaSettings, partitions: int = 1, timeout_s: float
         for future in admin.create_topics(new, operation_timeout=timeout_s).values():
             future.result(timeout_s)
     return [t.topic for t in new]
+
+
+class _StoppablePartition(StatefulSourcePartition[Any, Any]):
+    def __init__(self, inner: StatefulSourcePartition[Any, Any], stop: threading.Event) -> None:
+        self._inner = inner
+        self._stop = stop
+
+    def next_batch(self) -> list[Any]:
+        if self._stop.is_set():
+            raise StopIteration  # end of input: the flow drains, releases its holds, and closes its sinks
+        return self._inner.next_batch()
+
+    def next_awake(self) -> datetime | None:
+        return None if self._stop.is_set() else self._inner.next_awake()
+
+    def snapshot(self) -> Any:
+        return self._inner.snapshot()
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class StoppableSource(FixedPartitionedSource[Any, Any]):
+    """A live source that ends cleanly when ``stop`` is set (a service manager's SIGTERM).
+
+    Ending the input is how Bytewax shuts a flow down in order: the router releases what it
+    buffered and tells every job the input ended, held lines are reported, sinks flush.
+    """
+
+    def __init__(self, inner: FixedPartitionedSource[Any, Any], stop: threading.Event) -> None:
+        self.inner = inner
+        self.stop = stop
+
+    def list_parts(self) -> list[str]:
+        return self.inner.list_parts()
+
+    def build_part(self, step_id: str, for_part: str, resume_state: Any) -> _StoppablePartition:
+        return _StoppablePartition(self.inner.build_part(step_id, for_part, resume_state), self.stop)

@@ -70,7 +70,8 @@ CATALOGUE: tuple[Signature, ...] = (
         "agent_xid",
         r"XidCriticalError: Xid=(?P<xid>\d+)|EventType:8 EventData:(?P<xid2>\d+)|"
         r"DCGM_FI_DEV_XID_ERRORS\S*\s+(?P<xid3>[1-9]\d*)\b|\bXID[ =:]+(?P<xid4>\d{1,3})\b.*(?i:unhealthy)|"
-        r"(?i:detected xid(?: error)?\W+)(?P<xid5>\d{1,3})\b|(?i:xid error )(?P<xid6>\d{1,3})\b",
+        r"(?i:detected xid(?: error)?\W+)(?P<xid5>\d{1,3})\b|(?i:xid error )(?P<xid6>\d{1,3})\b|"
+        r"\bXid (?P<xid7>\d{1,3}), [A-Z][A-Z0-9_]{3,}",
         "xid",
         _HW,
     ),
@@ -104,7 +105,8 @@ CATALOGUE: tuple[Signature, ...] = (
         r"No devices were found|No devices found\. Waiting indefinitely|NVRM: No NVIDIA (?:graphics adapter|GPU) "
         r"(?:probed|found)|NVIDIA probe routine was not called|Failed to initialize NVML: |NVML: Driver Not Loaded|"
         r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver|"
-        r"no CUDA-capable device is detected|CUDA-capable devices? (?:is|are) busy or unavailable|"
+        r"(?i:no cuda-capable device is detected)|CUDA-capable devices? (?:is|are) busy or unavailable|"
+        r"Driver/library version mismatch|[Ii]mpossible to initialize nvidia nvml|"
         r"cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|cudaErrorDevicesUnavailable|system not yet initialized|"
         r"cudaErrorSystemNotReady|"
         r"Found no NVIDIA driver on your system|NVIDIA driver on your system is too old",
@@ -173,7 +175,8 @@ CATALOGUE: tuple[Signature, ...] = (
         r"CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation: out of memory|HIP out of memory|"
         r"ran out of memory (?:trying|while trying) to allocate|Allocator \(GPU_\d+_bfc\) ran out of memory|"
         r"OOM when allocating tensor|torch\.OutOfMemoryError|cudaMalloc (?:failed|retry failed).*out of memory|"
-        r"ResourceExhaustedError.*(?:OOM|[Oo]ut of memory)|XlaRuntimeError: RESOURCE_EXHAUSTED",
+        r"ResourceExhaustedError.*(?:OOM|[Oo]ut of memory)|XlaRuntimeError: RESOURCE_EXHAUSTED|"
+        r"RESOURCE_EXHAUSTED: Failed to allocate",
         "oom",
         _APP,
         transient=False,
@@ -452,7 +455,8 @@ CATALOGUE: tuple[Signature, ...] = (
         "host_oom_killer",
         r"Out of memory: Killed process|oom-kill|oom_kill|OOM Killed|Out Of Memory\s*$|"
         r"Some of your processes may have been killed by the cgroup out-of-memory handler|"
-        r"^\s*(?:Killed|已杀死)\s*$|task \d+: Out Of Memory|Memory cgroup out of memory|[Ee]xceeded (?:job |step )?"
+        r"(?:^|[\]\s|])(?:Killed|已杀死)\s*$|task \d+: Out Of Memory|Memory cgroup out of memory|"
+        r"[Ee]xceeded (?:job |step )?"
         r"memory limit|is killed by signal: Killed|invoked oom-killer|exit (?:code|status) 137\b",
         "host_oom",
         _SYS,
@@ -461,6 +465,7 @@ CATALOGUE: tuple[Signature, ...] = (
     Signature(
         "shm_bus_error",
         r"Unexpected bus error encountered in worker|insufficient shared memory \(shm\)|: Bus error\b|"
+        r"Caught signal 7 \(Bus error|"
         r"DataLoader worker \(pid.*\) is killed by signal: Bus error",
         "process_crash",
         _SYS,
@@ -507,7 +512,8 @@ CATALOGUE: tuple[Signature, ...] = (
         "nan_loss",
         r"(?i:\bloss[^|]{0,40}?\b(?:nan|inf)\b|grad[ _]norm:?\s*(?:nan|inf)\b)|"
         r"Model diverged with loss = NaN|NanLossDuringTrainingError|(?i:loss is (?:nan|inf))|"
-        r"Loss became infinite or NaN|(?i:non-finite (?:loss|grad))|is non-finite|"
+        r"Loss became infinite or NaN|(?i:non-finite (?:loss|grad))|is non-finite|Inf/NaN|NaN/Inf|"
+        r"found NaN in|[Ll]oss scale already at minimum|Minimum loss scale reached|Training has diverged|"
         r"(?i:detected (?:nan|inf)\b)|(?i:nan or inf found)",
         "nan_loss",
         _APP,
@@ -561,7 +567,7 @@ FATAL_LOOKING = re.compile(
     r"^(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Interrupt)\b(?::|$)|"
     r"terminate called after throwing|Assertion .* failed|\bFATAL\b|\bFatal error\b|Segmentation fault|"
     r"core dumped|exit(?:ed with)? (?:code|status)\s*[:=]?\s*[1-9]|\bpanic\b|Traceback \(most recent call last\)|"
-    r"\bCRITICAL\b|\bF\d{4} \d\d:\d\d:\d\d"
+    r"\bF\d{4} \d\d:\d\d:\d\d"
 )
 
 # Coarse families, as operators (and the excerpt benchmarks) group failures.
@@ -798,5 +804,14 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "wc status",
     "xid error",
     "已杀死",
+    "mismatch",
+    "nvml",
+    "Inf/NaN",
+    "NaN/Inf",
+    "found NaN",
+    "loss scale",
+    "diverged",
+    "Caught signal",
+    "Failed to allocate",
 )
 PREFILTER_PATTERN = re.compile(r"D\s+D\s+D|\b[Ii]nf\b|GPU\d")

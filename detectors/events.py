@@ -223,10 +223,8 @@ def _lenient(topic: str, raw: bytes) -> Event:
     if isinstance(record.get("throttle_reasons"), list):
         optional = {k: v for k, v in optional.items() if k != "throttle_reasons"}
     record, notes = coerce(record, optional)
-    try:
-        event: Event = msgspec.convert(record, _TYPES[topic], strict=False)
-    except msgspec.ValidationError:
-        return _DECODERS[topic].decode(raw)  # a required field is unusable: the strict error says which
+    # A required field that is still unusable raises here, naming that field.
+    event: Event = msgspec.convert(record, _TYPES[topic], strict=False)
     for name in notes:
         FIELD_WARNINGS[(topic, name)] += 1
     return event

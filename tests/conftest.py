@@ -36,8 +36,21 @@ class RunResult:
         self.resolutions = [a for a in self.anomalies if a.resolved]
         self.anomalies = [a for a in self.anomalies if not a.resolved]
 
+    @property
+    def stream(self) -> list[Anomaly]:
+        """Every anomaly record as published: openings, then the resolutions."""
+        return self.anomalies + self.resolutions
+
     def by_kind(self, kind: str) -> list[Anomaly]:
         return [a for a in self.anomalies if a.kind == kind]
+
+
+def summary(items: list[Anomaly]) -> list[tuple]:
+    """What must match between two runs of the same input: every record, opening or resolution."""
+    return sorted(
+        (a.anomaly_id, a.kind, a.category, a.job_id or "", tuple(a.nodes), round(a.detected_at, 3), a.resolution or "")
+        for a in items
+    )
 
 
 def replay(

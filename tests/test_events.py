@@ -48,7 +48,7 @@ def test_decodes_each_topic_and_normalises_ts_and_ids():
         ("logs", b'{"ts": "2026-12-02T10:00:00", "node": "n", "line": "x"}', "no timezone"),
         ("logs", b'{"ts": 1796205600000, "node": "n", "line": "x"}', "milliseconds"),
         ("logs", b'{"ts": 12, "node": "n", "line": "x"}', "outside 2000..2100"),
-        ("logs", b'{"ts": NaN, "node": "n", "line": "x"}', "JSON"),
+        ("logs", b'{"ts": NaN, "node": "n", "line": "x"}', "not a finite number"),
         ("scheduler", b'{"ts": 1796205600, "kind": "rack", "node": "n", "state": "x"}', "Invalid value 'rack'"),
         ("metrics", b'{"ts": 1796205600}', "unknown topic"),
     ],

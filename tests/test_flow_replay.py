@@ -36,8 +36,8 @@ def test_demo_finds_the_three_faults_and_localises_them(demo_result: RunResult):
     assert straggler.detected_at - straggler.onset_ts <= 120
     hang = demo_result.by_kind("hang")[0]
     assert hang.nodes == ["gpu-node-06"] and hang.gpus == ["gpu-node-06/5"]  # idle while its peers spin
-    # Deadline: max(55 s, 5 × step) after the last step, reported on the 5 s tick grid.
-    assert 55 <= hang.detected_at - hang.onset_ts <= 60
+    # Its peers spin in NCCL kernels: two GPU samples confirm the hang, before the 55 s floor.
+    assert 15 <= hang.detected_at - hang.onset_ts <= 30
 
 
 def test_benign_pauses_cancel_and_counter_reset_raise_nothing(demo_result: RunResult):
@@ -141,7 +141,7 @@ def test_parquet_archive_is_partitioned_and_readable_with_polars(tmp_path: Path)
     stray = out / "anomalies" / "date=2026-12-01" / ".part-w0-crashed.parquet.1234.tmp"
     stray.write_bytes(b"PAR1 half a file")
     anomalies = pl.scan_parquet(out / "anomalies" / "**" / "*.parquet").collect()
-    assert sorted(anomalies["anomaly_id"].to_list()) == sorted(a.anomaly_id for a in result.anomalies)
+    assert sorted(anomalies["anomaly_id"].to_list()) == sorted(a.anomaly_id for a in result.stream)
     assert anomalies.schema["detected_at"] == pl.Datetime("us", "UTC")
     hive = pl.scan_parquet(out / "anomalies" / "**" / "*.parquet", hive_partitioning=True).collect()
     assert hive["date"].cast(pl.String).unique().to_list() == ["2026-12-01"]
@@ -167,7 +167,7 @@ def test_two_workers_find_the_same_anomalies(demo_result: RunResult):
 
     found: list = []
     cli_main(build_flow(ReplaySource(DEMO_DIR), Settings(), Outputs(on_anomalies=found.extend)), workers_per_process=2)
-    assert sorted(a.anomaly_id for a in found) == sorted(a.anomaly_id for a in demo_result.anomalies)
+    assert sorted(a.anomaly_id for a in found) == sorted(a.anomaly_id for a in demo_result.stream)
 
 
 def test_topic_folders_and_mixed_formats_replay_in_time_order(tmp_path: Path, demo_result: RunResult):

@@ -9,16 +9,16 @@ import time
 import urllib.request
 
 import msgspec
-import polars as pl
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from dataflows.archive import read_dataset
 from dataflows.config import KafkaSettings
 from dataflows.kafka_io import create_topics, produce_replay
 from dataflows.ports import free_ports
 from dataflows.tansu import free_port, start_trainguard
 from detectors.events import Anomaly
-from tests.conftest import DEMO_DIR, Broker, replay, stop_process
+from tests.conftest import DEMO_DIR, Broker, replay, stop_process, summary
 
 pytestmark = pytest.mark.kafka
 
@@ -48,10 +48,6 @@ def produce_garbage(address: str) -> list[bytes]:
     return garbage
 
 
-def summary(items: list[Anomaly]) -> list[tuple]:
-    return sorted((a.anomaly_id, a.kind, a.category, a.job_id, tuple(a.nodes), round(a.detected_at, 3)) for a in items)
-
-
 def test_live_kafka_run_matches_replay(tansu: Broker, tmp_path):
     settings = KafkaSettings(brokers=[tansu.address])
     create_topics(settings)
@@ -67,7 +63,7 @@ def test_live_kafka_run_matches_replay(tansu: Broker, tmp_path):
         stderr=subprocess.STDOUT,
     )
     try:
-        raw = consume_all(tansu.address, "anomalies", len(expected.anomalies), timeout_s=90)
+        raw = consume_all(tansu.address, "anomalies", len(expected.stream), timeout_s=90)
         # Wait a little longer: a duplicate or an extra anomaly would show up now.
         raw += consume_all(tansu.address, "anomalies", 10_000, timeout_s=3)[len(raw) :]
         base = f"http://127.0.0.1:{metrics_port}"
@@ -82,7 +78,7 @@ def test_live_kafka_run_matches_replay(tansu: Broker, tmp_path):
         stop_process(run)
     output = run.stdout.read().decode() if run.stdout else ""
     live = [msgspec.json.decode(v, type=Anomaly) for v in raw]
-    assert summary(live) == summary(expected.anomalies), output[-3000:]
+    assert summary(live) == summary(expected.stream), output[-3000:]
     assert health.status == 200
     # Everything was read: no lag on any input partition.
     assert 'trainguard_consumer_lag_messages{partition="0",topic="logs"} 0.0' in scraped
@@ -90,13 +86,14 @@ def test_live_kafka_run_matches_replay(tansu: Broker, tmp_path):
     assert 'trainguard_dead_letters_total{topic="logs"} 3.0' in scraped
     assert 'trainguard_events_total{topic="gpu"}' in scraped and "trainguard_watermark_delay_seconds" in scraped
     assert {a.kind for a in live} == {"crash", "hang", "straggler", "node_unhealthy"}
+    assert {a.resolution for a in live if a.resolved} == {a.resolution for a in expected.resolutions}
     actions = consume_all(tansu.address, "actions", len(expected.actions), timeout_s=10)
     assert sorted(msgspec.json.decode(v)["action_id"] for v in actions) == sorted(a.action_id for a in expected.actions)
     dead = consume_all(tansu.address, "dead_letter", len(garbage), timeout_s=10)
     assert sorted(dead) == sorted(garbage)  # original bytes, reason in a header
     assert "3 dead-lettered records" in output
     # Stopped by SIGTERM, the service still flushed its Parquet archive.
-    archived = pl.scan_parquet(tmp_path / "out" / "anomalies" / "**" / "*.parquet").collect()
+    archived = read_dataset(tmp_path / "out", "anomalies")
     assert sorted(archived["anomaly_id"]) == sorted(a.anomaly_id for a in expected.anomalies)
 
 
@@ -184,7 +181,7 @@ def test_two_worker_processes_on_partitioned_topics_find_what_the_replay_finds(t
         for i in range(2)
     ]
     try:
-        raw = consume_all(tansu.address, "anomalies", len(expected.anomalies), timeout_s=120, partitions=2)
+        raw = consume_all(tansu.address, "anomalies", len(expected.stream), timeout_s=120, partitions=2)
         raw += consume_all(tansu.address, "anomalies", 10_000, timeout_s=3, partitions=2)[len(raw) :]
         dead = consume_all(tansu.address, "dead_letter", 10_000, timeout_s=5, partitions=2)
     finally:
@@ -192,5 +189,5 @@ def test_two_worker_processes_on_partitioned_topics_find_what_the_replay_finds(t
             stop_process(worker)
     output = b"".join(w.stdout.read() for w in workers if w.stdout).decode(errors="replace")
     live = [msgspec.json.decode(v, type=Anomaly) for v in raw]
-    assert summary(live) == summary(expected.anomalies), output[-3000:]
+    assert summary(live) == summary(expected.stream), output[-3000:]
     assert sorted(dead) == sorted(garbage)  # each refused record reported once, by one shard

@@ -22,14 +22,7 @@ from dataflows.replay_shards import ShardedReplaySource, shard_events
 from datasets import generator
 from detectors.events import TOPICS, Anomaly, DeadLetter, GpuSample, JobEvent, NodeEvent, ProgressRecord
 from detectors.routing import DEAD, Heartbeat, Router, RouterSettings, shard_of
-from tests.conftest import DEMO_DIR, replay
-
-
-def summary(anomalies: list[Anomaly]) -> list[tuple]:
-    return sorted(
-        (a.anomaly_id, a.kind, a.category, a.layer, a.job_id, tuple(a.nodes), round(a.detected_at, 3))
-        for a in anomalies
-    )
+from tests.conftest import DEMO_DIR, replay, summary
 
 
 def sharded(shards: int) -> Settings:
@@ -49,7 +42,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_shards_change_nothing_on_one_worker(shards: int, scenario: Path):
     one, many = replay(scenario), replay(scenario, settings=sharded(shards))
     assert len(one.anomalies) > 10
-    assert summary(many.anomalies) == summary(one.anomalies)
+    assert summary(many.stream) == summary(one.stream)
     assert sorted(a.action_id for a in many.actions) == sorted(a.action_id for a in one.actions)
 
 
@@ -57,11 +50,11 @@ def test_two_workers_with_two_shards_match_one(scenario: Path):
     anomalies: list[Anomaly] = []
     flow = build_flow(ReplaySource(scenario), sharded(2), Outputs(on_anomalies=anomalies.extend))
     cli_main(flow, workers_per_process=2)
-    assert summary(anomalies) == summary(replay(scenario).anomalies)
+    assert summary(anomalies) == summary(replay(scenario).stream)
 
 
 def test_the_demo_is_the_same_with_shards():
-    assert summary(replay(DEMO_DIR, settings=sharded(2)).anomalies) == summary(replay(DEMO_DIR).anomalies)
+    assert summary(replay(DEMO_DIR, settings=sharded(2)).stream) == summary(replay(DEMO_DIR).stream)
 
 
 def test_each_shard_keeps_its_own_jobs_and_only_shard_0_reports_refusals():
@@ -177,7 +170,7 @@ def test_worker_processes_each_with_their_shard_match_one_worker(scenario: Path)
     outputs = Outputs(on_anomalies=anomalies.extend, on_actions=actions.extend, on_dead_letters=dead.extend)
     run_processes(lambda o: build_flow(ShardedReplaySource(scenario), Settings(), o), 2, outputs, timeout_s=300)
     assert len(one.anomalies) > 10
-    assert summary(anomalies) == summary(one.anomalies)
+    assert summary(anomalies) == summary(one.stream)
     assert sorted(a.action_id for a in actions) == sorted(a.action_id for a in one.actions)
     assert len(dead) == len(one.dead)
 
@@ -230,4 +223,4 @@ def test_worker_processes_dead_letter_garbage_once_and_lose_nothing(tmp_path: Pa
     assert sorted((d.topic, d.payload, d.reason) for d in dead) == sorted(
         (d.topic, d.payload, d.reason) for d in one.dead
     )
-    assert summary(anomalies) == summary(one.anomalies) == summary(replay(DEMO_DIR).anomalies)
+    assert summary(anomalies) == summary(one.stream) == summary(replay(DEMO_DIR).stream)

@@ -55,6 +55,11 @@ function renderFeed(anomalies) {
         ` ${a.layer}${a.transient === false ? ", persistent" : a.transient ? ", transient" : ""} · `,
         a.job_id ? el("a", { class: "job", onclick: () => showJob(a.job_id) }, `job ${a.job_id}`) : "no job",
         ` · ${(a.nodes || []).join(", ") || "-"} · ${when(a.detected_at)}`,
+        el(
+          "span",
+          { class: a.resolved_at ? "status resolved" : "status open" },
+          a.resolved_at ? ` · resolved ${when(a.resolved_at)}: ${a.resolution}` : " · open",
+        ),
         el("div", { class: "evidence" }, (a.evidence || []).slice(0, 3).join("\n")),
       ),
     ),

@@ -72,6 +72,37 @@ WATCHDOG_FORMATS = (
 )
 
 
+# Each fault announced in several real formats (message texts as NCCL, PyTorch, XLA, UCX and
+# the kernel print them), so the scenarios do not mirror one regex each.
+WORDINGS: dict[str, tuple[str, ...]] = {
+    "ib_link_flap": (
+        "{node}:3468:3905 [4] NCCL WARN NET/IB : Got async event : port error",
+        "{node}:3468:3905 [4] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer 10.0.4.17<53249> "
+        "with status=12 opcode=0 len=0 vendor err 129 (Recv)",
+        "[{node}:3468:0:3468] ib_mlx5_log.c:177  Transport retry count exceeded on mlx5_0:1/IB (synd 0x15 vend 0x81 "
+        "hw_synd 0/0)",
+    ),
+    "hidden_root_cascade": (
+        "Out of memory: Killed process 7731 (python) total-vm:98765432kB, anon-rss:91234567kB",
+        "Memory cgroup out of memory: Killed process 7731 (python) total-vm:98765432kB",
+        "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=4242.0. Some of your processes may have been "
+        "killed by the cgroup out-of-memory handler.",
+    ),
+    "illegal_address": (
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        "torch.AcceleratorError: CUDA error: an illegal memory access was encountered",
+        "RuntimeError: CUDA error: misaligned address",
+    ),
+    "cuda_oom": (
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 3 has a total capacity of "
+        "79.10 GiB of which 1.02 GiB is free.",
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate "
+        "2147483648 bytes.",
+    ),
+}
+
+
 def _actionable_xids() -> list[int]:
     """Codes a fault can be drawn from: NVIDIA documents a response, and it is not a follow-up of another Xid."""
     return sorted(
@@ -110,6 +141,10 @@ class AdversarialSim(ClusterSim):
             for i, line in enumerate(lines):
                 self.log(sink, job.start + 5.0 + i * 0.001, job, job.nodes[0], 0, f"[default0]: {line}")
 
+    def wording(self, fault: str, node: str) -> str:
+        choices = WORDINGS[fault]
+        return choices[self.rng.randrange(len(choices))].format(node=node)
+
     # -- exporters -----------------------------------------------------------------------
     def adjust_sample(self, sample: dict[str, Any], job: JobSim | None, t: float) -> None:
         rng = self.rng
@@ -129,11 +164,7 @@ class AdversarialSim(ClusterSim):
 
     # -- faults ----------------------------------------------------------------------------
     def inject(self, sink: Sink, job: JobSim, fault: Fault) -> None:
-        t = fault.at
-        node = job.nodes[fault.node_index % len(job.nodes)]
-        g = fault.gpu
-        rank = (fault.node_index % len(job.nodes)) * GPUS_PER_NODE + g
-        fid = f"f-{fault.name}-{job.job_id}"
+        t, node, g, rank, fid = self.place(job, fault)
         if fault.name == "xid_catalog":
             info = catalog()[fault.code]
             line = (

@@ -31,6 +31,7 @@ from detectors.events import Action, Anomaly
 from detectors.signatures import family_of
 
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "real-log-corpus"
+EXCERPTS_PATH = CORPUS_DIR.parent / "real-log-excerpts.jsonl"  # the first 52 excerpts, same labels
 FAULT_FREE = frozenset({"normal_progress", "other"})
 START_TS = 1_800_000_000.0
 LINE_INTERVAL_S = 0.5

@@ -357,6 +357,15 @@ class ClusterSim:
         if not job.ended and job.stalled_at is None and job.next_ts >= job.end:
             self.end_job(sink, job, job.end, job.end_state, 0 if job.end_state == "COMPLETED" else None)
 
+    def wording(self, fault: str, node: str) -> str:
+        """The line a fault is announced by (presets that draw from real formats override this)."""
+        return {
+            "ib_link_flap": f"{node}:3468:3905 [4] NCCL WARN NET/IB : Got async event : port error",
+            "hidden_root_cascade": "Out of memory: Killed process 7731 (python) total-vm:98765432kB",
+            "illegal_address": "RuntimeError: CUDA error: an illegal memory access was encountered",
+            "cuda_oom": "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        }[fault]
+
     def adjust_sample(self, sample: dict[str, Any], job: JobSim | None, t: float) -> None:
         """A hook for presets that vary what exporters send (field types, noise); none here."""
 
@@ -373,13 +382,15 @@ class ClusterSim:
                 1 if job.pauses and job.pauses[0][0] == ts else 0, (ts, rng.uniform(*job.save_s), "checkpoint")
             )
 
+    @staticmethod
+    def place(job: JobSim, fault: Fault) -> tuple[float, str, int, int, str]:
+        """Where a fault strikes: ``(time, node, GPU, rank, label id)``."""
+        index = fault.node_index % len(job.nodes)
+        return fault.at, job.nodes[index], fault.gpu, index * GPUS_PER_NODE + fault.gpu, f"f-{fault.name}-{job.job_id}"
+
     def inject(self, sink: Sink, job: JobSim, fault: Fault) -> None:
         """Apply a fault to a running job at ``fault.at``: its records, its effects, its label."""
-        t = fault.at
-        node = job.nodes[fault.node_index % len(job.nodes)]
-        g = fault.gpu
-        rank = (fault.node_index % len(job.nodes)) * GPUS_PER_NODE + g
-        fid = f"f-{fault.name}-{job.job_id}"
+        t, node, g, rank, fid = self.place(job, fault)
         name = fault.name
         xids = {"xid79": 79, "xid48": 48, "xid94": 94, "xid95": 95, "row_remap_failure": 64, "nvlink": 74, "gsp": 119}
         if name in xids:
@@ -414,7 +425,7 @@ class ClusterSim:
                 None,
                 node,
                 None,
-                f"{node}:3468:3905 [4] NCCL WARN NET/IB : Got async event : port error",
+                self.wording("ib_link_flap", node=node),
                 source="app",
             )
             self.crash_cascade(
@@ -428,7 +439,7 @@ class ClusterSim:
                 None,
                 node,
                 None,
-                "Out of memory: Killed process 7731 (python) total-vm:98765432kB",
+                self.wording("hidden_root_cascade", node=node),
                 source="kernel",
             )
             job.stalled_at = t
@@ -439,9 +450,9 @@ class ClusterSim:
             self.label(fid, name, t, job, [node])
         elif name in ("illegal_address", "cuda_oom"):
             what = (
-                "RuntimeError: CUDA error: an illegal memory access was encountered"
+                self.wording("illegal_address", node=node)
                 if name == "illegal_address"
-                else "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+                else self.wording("cuda_oom", node=node)
             )
             self.log(sink, t, job, node, rank, f"[rank{rank}]: {what}")
             self.crash_cascade(sink, job, t + 0.5, node, what, log_root=False)

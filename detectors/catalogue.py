@@ -126,7 +126,7 @@ CATALOGUE: tuple[Signature, ...] = (
     ),
     Signature(
         "nvlink_down",
-        r"^\s*(?:D\s+){4,}D\s*$|(?i:nvlink.*link (?:is )?(?:down|inactive))\b",
+        r"^\s*(?:D\s+){4,}D\s*$|(?i:nvlink.*links? (?:is |are )?(?:all )?(?:down|inactive))\b",
         "nvlink_down",
         _HW,
         transient=False,
@@ -176,7 +176,8 @@ CATALOGUE: tuple[Signature, ...] = (
         r"ran out of memory (?:trying|while trying) to allocate|Allocator \(GPU_\d+_bfc\) ran out of memory|"
         r"OOM when allocating tensor|torch\.OutOfMemoryError|cudaMalloc (?:failed|retry failed).*out of memory|"
         r"ResourceExhaustedError.*(?:OOM|[Oo]ut of memory)|XlaRuntimeError: RESOURCE_EXHAUSTED|"
-        r"RESOURCE_EXHAUSTED: Failed to allocate",
+        r"RESOURCE_EXHAUSTED: Failed to allocate|Resource exhausted: Attempting to allocate|"
+        r"Out of memory error on GPU \d+|memory::allocation::BadAlloc",
         "oom",
         _APP,
         transient=False,
@@ -198,7 +199,8 @@ CATALOGUE: tuple[Signature, ...] = (
         r"illegal memory access|misaligned address|illegal instruction|an illegal address|cudaErrorIllegalAddress|"
         r"CUDA_ERROR_ILLEGAL_ADDRESS|invalid configuration argument|too many resources requested for launch|"
         r"operation not permitted when stream is capturing|CUDA error: invalid argument|"
-        r"CUDA error: invalid resource handle|CUDA error: an illegal",
+        r"CUDA error: invalid resource handle|CUDA error: an illegal|Warp Out-of-range Address|"
+        r"CUDA_EXCEPTION_\d+",
         "cuda_illegal_address",
         _APP,
         transient=False,
@@ -207,7 +209,7 @@ CATALOGUE: tuple[Signature, ...] = (
     Signature(
         "cuda_device_assert",
         r"device-side assert|\.cu:\d+: .*block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion|"
-        r"\.cu:\d+: .*Assertion `.*` failed",
+        r"\.cu:\d+: .*Assertion `.*` failed|block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion",
         "cuda_device_assert",
         _APP,
         transient=False,
@@ -231,7 +233,8 @@ CATALOGUE: tuple[Signature, ...] = (
         r"CUDA error: initialization error|Cuda failure '?initialization error|"
         r"operation cannot be performed in the present state|PTX JIT compiler library not found|"
         r"peer access is not supported between these two devices|"
-        r"CUDA error: operation not supported|cudaErrorNotSupported|CUDA error: CUDA driver version",
+        r"CUDA error: operation not supported|cudaErrorNotSupported|CUDA error: CUDA driver version|"
+        r"PTX was compiled with an unsupported toolchain|UNSUPPORTED_PTX_VERSION|cudaErrorUnsupportedPtxVersion",
         "cuda_environment",
         _SYS,
         transient=False,
@@ -291,8 +294,8 @@ CATALOGUE: tuple[Signature, ...] = (
     Signature(
         "ib_port_physical_down",
         r"(?i:physical[_ ]state:?\s*(?:POLLING|DISABLED|LinkDown))|"
-        r"mlx5_core \S+: (?:Port module event(?:\[error\])?: .*(?:unplugged|[Ee]rror|overheat|power budget)|"
-        r".*link down)|mlx5_\d+/\d+: port \d+ (?:went )?down|"
+        r"Port module event(?:\[error\])?: .*(?:unplugged|[Ee]rror|overheat|power budget|[Tt]emperature)|"
+        r"mlx5_core \S+: .*link down|mlx5_\d+/\d+: port \d+ (?:went )?down|insufficient power on the PCIe slot|"
         r"\bib\w*\d+: (?:Link|link) (?:is )?down\b",
         "ib_link",
         _HW,
@@ -312,7 +315,8 @@ CATALOGUE: tuple[Signature, ...] = (
         "ib_setup_failed",
         r"Call to ibv_\w+ failed|ibv_\w+ failed with error|ncclIbRoceGetVersionNum|NET/OFI Couldn't|"
         r"mlx5_load_one failed|mlx5_core.*(?:handle_hca_cap failed|probe of .* failed)|"
-        r"transport/net_ib\.cc:\d+ -> \d|send completion with error|local protection error|NET/OFI.*ERROR",
+        r"transport/net_ib\.cc:\d+ -> \d|send completion with error|local protection error|NET/OFI.*ERROR|"
+        r"NET/IB : Unable to open device",
         "ib_link",
         _SYS,
         transient=False,
@@ -385,6 +389,19 @@ CATALOGUE: tuple[Signature, ...] = (
         cascade=True,
         transient=True,
     ),
+    # Collective stall warnings (Horovod's stall inspector, XLA's rendezvous): a warning once, a stall
+    # when they keep coming (they also show up in runs that then finish fine).
+    Signature(
+        "collective_stall_warning",
+        r"waiting for remainder of ranks for more than \d+ seconds|not all of them arrived on time|"
+        r"has been waiting for .* and may be stuck",
+        "nccl_timeout",
+        _SYS,
+        severity="warning",
+        storm=3,
+        storm_window_s=900.0,
+        transient=True,
+    ),
     # A communicator torn down because of an earlier failure: that failure is the story.
     Signature(
         "nccl_aborted",
@@ -405,7 +422,7 @@ CATALOGUE: tuple[Signature, ...] = (
     Signature(
         "tcpstore",
         r"TCPStore|RendezvousError|RendezvousTimeoutError|RendezvousClosedError|RendezvousConnectionError|"
-        r"rendezvous.*(?:failed|timed out)|\[c10d\] The client socket has timed out|"
+        r"rendezvous.*(?:failed|timed out)|\[c10d\] The client socket has (?:timed out|failed to connect)|"
         r"\[c10d\].*(?:Connection reset by peer|Connection refused|recvValue failed|Read callback failed)|"
         r"connect\(\) timed out\. Original timeout|c10d store has failed|DistStoreError|DistNetworkError|"
         r"server socket has failed to (?:listen|bind)|Timed out waiting for clients|"
@@ -446,7 +463,8 @@ CATALOGUE: tuple[Signature, ...] = (
         r"exited on signal \d+|died with <Signals\.SIG\w+|Signal \d+ \(SIG\w+\) received by PID|"
         r"mpirun noticed that process rank|process returned a non-zero exit code|"
         r"exit(?:ed)? (?:with )?(?:code|status) (?:13[4-9]|143)\b|Worker group FAILED|"
-        r"[Cc]hild process .*(?:terminated|died|killed)",
+        r"[Cc]hild process .*(?:terminated|died|killed)|BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES|"
+        r"(?i:exit code)\W{0,3}\(?(?:13[4-9]|143)\)?",
         "process_crash",
         _SYS,
         cascade=True,
@@ -457,7 +475,8 @@ CATALOGUE: tuple[Signature, ...] = (
         r"Some of your processes may have been killed by the cgroup out-of-memory handler|"
         r"(?:^|[\]\s|])(?:Killed|已杀死)\s*$|task \d+: Out Of Memory|Memory cgroup out of memory|"
         r"[Ee]xceeded (?:job |step )?"
-        r"memory limit|is killed by signal: Killed|invoked oom-killer|exit (?:code|status) 137\b",
+        r"memory limit|is killed by signal: Killed|invoked oom-killer|exit (?:code|status) 137\b|OOMKilled|"
+        r"The node was low on resource: memory|killed due to memory pressure|\b\d+ Killed\s{2,}\S",
         "host_oom",
         _SYS,
         transient=False,
@@ -510,7 +529,7 @@ CATALOGUE: tuple[Signature, ...] = (
     # --- Numerics --------------------------------------------------------------------------------------------
     Signature(
         "nan_loss",
-        r"(?i:\bloss[^|]{0,40}?\b(?:nan|inf)\b|grad[ _]norm:?\s*(?:nan|inf)\b)|"
+        r"(?i:\bloss[^|]{0,40}?\b(?:nan|inf)\b|grad[ _]norm:?\s*(?:nan|inf)\b|loss\W{1,3}(?:nan|inf)\b)|"
         r"Model diverged with loss = NaN|NanLossDuringTrainingError|(?i:loss is (?:nan|inf))|"
         r"Loss became infinite or NaN|(?i:non-finite (?:loss|grad))|is non-finite|Inf/NaN|NaN/Inf|"
         r"found NaN in|[Ll]oss scale already at minimum|Minimum loss scale reached|Training has diverged|"
@@ -523,7 +542,8 @@ CATALOGUE: tuple[Signature, ...] = (
     # The dynamic loss scaler gave up: the scale fell below one, so every step overflows.
     Signature(
         "loss_scale_collapse",
-        r"(?:reducing (?:loss scale )?to|loss_scale\s*:)\s*(?:0\.\d+|\d(?:\.\d+)?e-\d+|[\d.]*[a-f][\w.]*-\d{2,})\b",
+        r"(?:reducing (?:loss scale )?to|loss_scale\s*:)\s*(?:0\.\d+|\d(?:\.\d+)?e-\d+|[\d.]*[a-f][\w.]*-\d{2,})\b|"
+        r"[Aa]ttempted loss scale: [01], reducing to [01]\b",
         "nan_loss",
         _APP,
         kind="numerics",
@@ -813,5 +833,24 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "diverged",
     "Caught signal",
     "Failed to allocate",
+    "Attempting to allocate",
+    "BadAlloc",
+    "Resource exhausted",
+    "BAD TERMINATION",
+    "Exit Code",
+    "exit code",
+    "Evicted",
+    "memory pressure",
+    "low on resource",
+    "PTX",
+    "Warp",
+    "CUDA_EXCEPTION",
+    "Assertion",
+    "Port module",
+    "insufficient power",
+    "remainder of ranks",
+    "arrived on time",
+    "may be stuck",
+    "Unable to open device",
 )
 PREFILTER_PATTERN = re.compile(r"D\s+D\s+D|\b[Ii]nf\b|GPU\d")

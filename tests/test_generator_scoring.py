@@ -218,3 +218,21 @@ def test_a_malformed_labels_file_is_one_sentence(tmp_path: Path):
     (tmp_path / "anomalies").mkdir()
     result = runner.invoke(app, ["score", "--labels", str(labels), "--anomalies", str(tmp_path / "anomalies")])
     assert result.exit_code == 2 and "line 1 is not a label" in result.output
+
+
+@pytest.mark.slow
+def test_the_adversarial_preset_holds_on_a_seed_never_used_while_tuning(tmp_path: Path):
+    """Benign pauses without markers, faults right after them, odd exporters, catalogue Xids (seed 201)."""
+    write_scenario("adversarial", 201, tmp_path, minutes=45)
+    result = replay(tmp_path)
+    report = score(
+        load_labels(tmp_path / "labels.jsonl"),
+        [msgspec.structs.asdict(a) for a in result.stream],
+        [msgspec.structs.asdict(a) for a in result.actions],
+    )
+    for kind, s in report["by_kind"].items():
+        if s["labelled"]:
+            assert s["recall"] >= 0.95, (kind, report["missed"])
+        if s["anomalies"]:
+            assert s["precision"] >= 0.95, (kind, report["false_positives"])
+    assert report["benign_alarms"] == [] and report["actions"]["wrongful"] == []

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from datasets.excerpts import DEFAULT_PATH, evaluate
+from datasets.corpus import EXCERPTS_PATH as DEFAULT_PATH
+from datasets.corpus import evaluate, score
 from detectors.events import LogRecord
 from detectors.monitor import JobMonitor
 from detectors.signatures import classify_text, family_of, match_line
@@ -18,12 +19,10 @@ needs_excerpts = pytest.mark.skipif(
 
 
 @needs_excerpts
-def test_excerpt_family_and_layer_accuracy_is_at_least_95_percent():
-    results = evaluate()
-    wrong = [r for r in results if not r.correct]
-    accuracy = 1 - len(wrong) / len(results)
-    assert len(results) == 52
-    assert accuracy >= 0.95, wrong
+def test_the_first_52_real_excerpts_replayed_one_job_each():
+    s = score(evaluate(DEFAULT_PATH))
+    assert s.excerpts == 52
+    assert s.fault_vs_normal >= 0.95 and s.layer >= 0.93 and s.normal_silent == 1.0, s
 
 
 @needs_excerpts

@@ -550,10 +550,11 @@ class ClusterSim:
                     if job is not None and job.idle_gpu is not None and job.stalled_at is not None and running:
                         spinning = (node, g) != job.idle_gpu
                         sample.update(hung_profile(rng, spinning))
-                    if busy and job is not None and (node, g) in job.hot and t >= job.hot[(node, g)]:
-                        sample.update(throttled_profile(rng))
                     if busy and job is not None and job.phase is not None and t < job.phase[1]:
                         sample.update(phase_profile(rng, job.phase[0]))
+                    computing = busy and sample["util_pct"] > 50.0  # a hot GPU throttles under load, not idle
+                    if computing and job is not None and (node, g) in job.hot and t >= job.hot[(node, g)]:
+                        sample.update(throttled_profile(rng))
                     self.adjust_sample(sample, job, t)
                     sink.put("gpu", sample["ts"], sample)
             for node in [n for n, when in self.resets.items() if t >= when]:

@@ -19,7 +19,7 @@ values) scores at least 0.6 regardless, up to 0.999 as it leaves the range by mo
 reward_low_FP_rate, 76.8 reward_low_FN_rate with one configuration for all 58 files; HTM 70.5, ARTime
 74.9). NAB tolerates false alarms (one costs a ninth of a detection), and at 0.5 pure noise alerts about
 once in 1,300 values. For a stream that should sit still, such as an idle GPU's, alert at 0.9: Gaussian
-noise never reached it in 2 million values, Laplace noise once in ~130,000. It costs 7–11 µs a value and
+noise never reached it in 2 million values, Laplace noise once in ~130,000. It costs ~10 µs a value and
 holds at most ~70 KiB (2 × 2000 windows of float32).
 
 >>> det = DriftDetector()

@@ -38,7 +38,7 @@ class GpuHealthSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     missing_after_s: float = 60.0  # a GPU silent this long while its node reports is lost
     # Online novelty score (detectors.drift) of an idle GPU's temperature and power:
     # an idle GPU should sit still, so a new excursion is a part going bad.
-    drift_threshold: float = 0.4
+    drift_threshold: float = 0.9
     drift_idle_util_pct: float = 5.0
     # An Xid NVIDIA says to ignore (43, 63, 92 …) this many times within an hour on one GPU is worth a warning.
     ignored_xid_burst: int = 3

@@ -222,8 +222,8 @@ def test_a_malformed_labels_file_is_one_sentence(tmp_path: Path):
 
 @pytest.mark.slow
 def test_the_adversarial_preset_holds_on_a_seed_never_used_while_tuning(tmp_path: Path):
-    """Benign pauses without markers, faults right after them, odd exporters, catalogue Xids (seed 201)."""
-    write_scenario("adversarial", 201, tmp_path, minutes=45)
+    """Benign pauses without markers, faults right after them, odd exporters, catalogue Xids (seed 202)."""
+    write_scenario("adversarial", 202, tmp_path, minutes=45)
     result = replay(tmp_path)
     report = score(
         load_labels(tmp_path / "labels.jsonl"),

@@ -123,8 +123,12 @@ class GpuHealth:
         if slowed >= s.throttle_samples:
             for bits, category, what in _THROTTLES:
                 if mask & bits:
-                    idle = " while idle" if (sample.util_pct or 0) < 5 else ""
-                    found += self._fire(sample, category, None, f"{what} for {slowed} samples{idle}")
+                    idle = (sample.util_pct or 0) < 5
+                    for f in self._fire(sample, category, None, f"{what} for {slowed} samples{' while idle' * idle}"):
+                        # Under load it slows the job: a straggler's cause, notified like one. Idle, a GPU
+                        # has no reason to be hot: its cooling is failing — drain before a job lands there.
+                        f.severity = "critical" if idle else "warning"
+                        found.append(f)
                     break
         return found
 

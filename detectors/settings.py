@@ -1,4 +1,4 @@
-"""Tunable detector parameters, grouped per detector (defaults are justified in the README)."""
+"""Tunable detector parameters, grouped per detector (defaults are justified in docs/running.md, "Configuration")."""
 
 from __future__ import annotations
 

@@ -108,12 +108,20 @@ def print_report(report: dict[str, Any]) -> None:
         console.print(f"  [yellow]false positive[/] {fp['kind']}/{fp['category']} job={fp['job_id']} {fp['nodes']}")
     for miss in report["missed"]:
         console.print(f"  [red]missed[/] {miss['fault_id']} ({miss['kind']}/{miss['category']})")
+    benign = report.get("benign_alarms", [])
+    console.print(
+        f"alarms on benign pauses: {len(benign)}; hang alarms resolved by the job's own progress "
+        f"(false alarms): {report.get('false_alarms_resolved', 0)}",
+        soft_wrap=True,
+    )
+    for alarm in benign:
+        console.print(f"  [yellow]benign alarm[/] {alarm['kind']} on {alarm['benign']} ({alarm['anomaly_id']})")
     actions = report.get("actions")
     if actions:
         console.print(
             f"drains: {actions['drains']} recommended, {actions['correct_drains']} correct, "
-            f"{len(actions['wrongful'])} wrongful, {len(actions['missing_drains'])} hardware faults "
-            "without a drain"
+            f"{len(actions['wrongful'])} wrongful, {len(actions['missing_drains'])} faults that need the node "
+            "out without a drain"
         )
         for wrong in actions["wrongful"]:
             console.print(f"  [red]wrongful drain[/] {wrong['target']}: {wrong['why']}")

@@ -40,6 +40,10 @@ class Signature:
     storm_window_s: float = 300.0
     weak: bool = False  # a last-resort root that does not outrank a held cascade
     remedy: str | None = None  # what the node needs (NVIDIA's vocabulary: RESET_GPU, RESTART_BM, ...)
+    notice: bool = False  # what it reports is a warning to notify, never an action
+    # Literal words one of which every line the pattern matches contains: the (slower) regex is
+    # tried only when one is there. Empty: always tried. tests/test_catalogue.py guards them.
+    anchors: tuple[str, ...] = ()
     regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
     extract_regex: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
 
@@ -74,8 +78,29 @@ CATALOGUE: tuple[Signature, ...] = (
         r"\bXid (?P<xid7>\d{1,3}), [A-Z][A-Z0-9_]{3,}",
         "xid",
         _HW,
+        anchors=("Xid", "XID", "xid", "EventType:8"),
     ),
-    Signature("nvswitch_sxid", r"SXid \(PCI:(?P<pci>[0-9a-fA-F:.]+)\): (?P<sxid>\d+)", "sxid", _HW),
+    # NVSwitch errors: the driver says whether the switch survived. A non-fatal SXid is a warning that
+    # matters in a burst; a fatal one takes the fabric (and every GPU behind it) down: drain and reset.
+    Signature(
+        "nvswitch_sxid_nonfatal",
+        r"SXid \(PCI:(?P<pci>[0-9a-fA-F:.]+)\): (?P<sxid>\d+), Non-fatal",
+        "sxid",
+        _HW,
+        kind="gpu_degraded",
+        severity="warning",
+        storm=3,
+        storm_window_s=3600.0,
+        notice=True,
+    ),
+    Signature(
+        "nvswitch_sxid",
+        r"SXid \(PCI:(?P<pci>[0-9a-fA-F:.]+)\): (?P<sxid>\d+)",
+        "sxid",
+        _HW,
+        transient=False,
+        remedy="CONTACT_SUPPORT",
+    ),
     Signature(
         "gpu_lost",
         r"GPU is lost|fallen off the bus|NV_ERR_GPU_IS_LOST|GPU lost from the bus|"
@@ -89,6 +114,7 @@ CATALOGUE: tuple[Signature, ...] = (
         transient=False,
         extract=PCI,
         remedy="RESTART_BM",
+        anchors=("lost", "LOST", "fallen", "device handle", "rev ff", "AER", "unhealthy", "requires reset"),
     ),
     Signature(
         "gpu_init_failed",
@@ -113,6 +139,21 @@ CATALOGUE: tuple[Signature, ...] = (
         "gpu_missing",
         _SYS,
         transient=False,
+        anchors=(
+            "No devices",
+            "No NVIDIA",
+            "probe routine",
+            "NVML",
+            "nvml",
+            "NVIDIA-SMI",
+            "cuda-capable",
+            "CUDA-capable",
+            "cudaError",
+            "CUDA_ERROR",
+            "system not yet",
+            "mismatch",
+            "NVIDIA driver",
+        ),
     ),
     Signature(
         "pcie_fatal",
@@ -131,6 +172,7 @@ CATALOGUE: tuple[Signature, ...] = (
         _HW,
         transient=False,
         remedy="WORKFLOW_NVLINK_ERR",
+        anchors=("D ", "nvlink", "NVLink", "NvLink", "NVLINK"),
     ),
     Signature(
         "cuda_contained",
@@ -148,6 +190,7 @@ CATALOGUE: tuple[Signature, ...] = (
         _HW,
         transient=False,
         remedy="WORKFLOW_XID_48",
+        anchors=("ECC", "ecc", "double bit"),
     ),
     Signature(
         "ecc_sbe_storm",
@@ -157,6 +200,7 @@ CATALOGUE: tuple[Signature, ...] = (
         _HW,
         kind="gpu_degraded",
         transient=False,
+        anchors=("ECC", "remap", "retired", "ROW_REMAP", "single", "Single"),
     ),
     Signature(
         "host_ecc",
@@ -271,6 +315,7 @@ CATALOGUE: tuple[Signature, ...] = (
         "ib_link",
         _HW,
         transient=True,
+        anchors=("UCX", "NETDEV", "carrier", "RNR", "Remote"),
     ),
     # The port went down (a flap): transient unless it repeats on the node (see detectors.history).
     Signature("ib_port_error", r"Got async event : port error|IBV_EVENT_PORT_ERR", "ib_link", _HW, transient=True),
@@ -300,6 +345,7 @@ CATALOGUE: tuple[Signature, ...] = (
         "ib_link",
         _HW,
         transient=True,
+        anchors=("hysical", "Port module", "mlx5", "ib", "insufficient power"),
     ),
     # The port is physically up but logically down (no subnet manager, no configuration), or the
     # verbs layer refuses the configuration: the fabric's software, not a part.
@@ -331,6 +377,7 @@ CATALOGUE: tuple[Signature, ...] = (
         _HW,
         kind="straggler",
         severity="warning",
+        anchors=("degraded", "downgraded"),
     ),
     # --- NCCL / torch.distributed --------------------------------------------------------------------------
     Signature(
@@ -431,6 +478,19 @@ CATALOGUE: tuple[Signature, ...] = (
         _SYS,
         cascade=True,
         transient=True,
+        anchors=(
+            "TCPStore",
+            "Rendezvous",
+            "rendezvous",
+            "c10d",
+            "connect()",
+            "DistStore",
+            "DistNetwork",
+            "socket",
+            "waiting for clients",
+            "EADDRINUSE",
+            "already in use",
+        ),
     ),
     Signature(
         "gloo_connection",
@@ -468,6 +528,33 @@ CATALOGUE: tuple[Signature, ...] = (
         "process_crash",
         _SYS,
         cascade=True,
+        anchors=(
+            "death signal",
+            "sigkill",
+            "Killing",
+            "WTERMSIG",
+            "srun",
+            "Force Terminated",
+            "terminated",
+            "exited",
+            "died with",
+            "Signal",
+            "mpirun",
+            "non-zero exit",
+            "exit code",
+            "exit status",
+            "Worker group",
+            "hild process",
+            "BAD TERMINATION",
+            "Exit Code",
+            "137",
+            "139",
+            "143",
+            "134",
+            "135",
+            "136",
+            "138",
+        ),
     ),
     Signature(
         "host_oom_killer",
@@ -480,6 +567,7 @@ CATALOGUE: tuple[Signature, ...] = (
         "host_oom",
         _SYS,
         transient=False,
+        anchors=("oom", "OOM", "Out of memory", "Out Of Memory", "Killed", "已杀死", "memory", "137"),
     ),
     Signature(
         "shm_bus_error",
@@ -501,6 +589,7 @@ CATALOGUE: tuple[Signature, ...] = (
         r"SIGABRT|Aborted\s+\(core dumped\)|\bAborted \(core dumped\)",
         "process_crash",
         _SYS,
+        anchors=("SIGABRT", "Aborted"),
     ),
     Signature(
         "ray_worker_died",
@@ -538,6 +627,21 @@ CATALOGUE: tuple[Signature, ...] = (
         _APP,
         kind="numerics",
         transient=False,
+        anchors=(
+            "nan",
+            "NaN",
+            "inf",
+            "Inf",
+            "NAN",
+            "INF",
+            "non-finite",
+            "Non-finite",
+            "diverged",
+            "NanLoss",
+            "Minimum loss scale",
+            "loss scale already",
+            "found NaN",
+        ),
     ),
     # The dynamic loss scaler gave up: the scale fell below one, so every step overflows.
     Signature(
@@ -548,6 +652,7 @@ CATALOGUE: tuple[Signature, ...] = (
         _APP,
         kind="numerics",
         transient=False,
+        anchors=("reducing", "loss_scale", "loss scale"),
     ),
     Signature(
         "loss_scale_overflow",

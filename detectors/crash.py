@@ -28,7 +28,6 @@ from detectors.events import LogRecord
 from detectors.findings import Finding
 from detectors.ids import evidence_line
 from detectors.signatures import SignatureMatch, looks_fatal, match_line
-from detectors.xid import EVIDENCE_ONLY
 
 
 def finding_from_line(record: LogRecord, match: SignatureMatch) -> Finding:
@@ -54,7 +53,7 @@ def finding_from_line(record: LogRecord, match: SignatureMatch) -> Finding:
         evidence=evidence,
         cascade=sig.cascade,
         signature=sig.id,
-        severity="warning" if sig.remedy in EVIDENCE_ONLY else "critical",
+        severity="warning" if sig.notice else "critical",
         remedy=sig.remedy,
     )
 

@@ -106,6 +106,8 @@ def match_line(line: str) -> SignatureMatch | None:
     if not could_match(line):
         return None
     for sig in CATALOGUE:
+        if sig.anchors and not any(word in line for word in sig.anchors):
+            continue
         m = sig.regex.search(line)
         if m is None:
             continue
@@ -152,6 +154,7 @@ def _refine(sig: Signature, fields: dict[str, str]) -> Signature:
                 storm=3 if info.evidence_only else 0,
                 storm_window_s=3600.0,
                 kind="gpu_degraded" if info.evidence_only else sig.kind,
+                notice=info.evidence_only,
             )
         return _REFINED[key]
     if sig.id == EXIT:

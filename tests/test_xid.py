@@ -105,3 +105,12 @@ def test_the_real_gsp_timeout_dump_is_one_anomaly_that_resets_the_gpu() -> None:
     opened = [a for a in found if not a.resolved]
     assert [(a.category, a.layer, a.remedy) for a in opened] == [("xid_119", "system", "RESET_GPU")]
     assert {x.action for x in Policy(PolicyConfig()).decide(opened[0])} == {"drain_node", "requeue_job"}
+
+
+def test_nvswitch_sxids_follow_the_severity_the_driver_prints() -> None:
+    fatal = match_line("nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 24007, Fatal, Link 10 sourcetrack timeout error")
+    assert fatal is not None and (fatal.signature.layer, fatal.signature.remedy) == ("hardware", "CONTACT_SUPPORT")
+    node = NodeMonitor("n3")
+    line = "nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 28 egress non-posted PRIV error"
+    found = [a for i in range(3) for a in node.observe(LogRecord(ts=10.0 + i, node="n3", source="kernel", line=line))]
+    assert [(a.category, a.severity) for a in found] == [("sxid", "warning")]  # a burst, notified, never drained

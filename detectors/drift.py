@@ -119,6 +119,17 @@ class _WindowNovelty:
             self._next = (self._next + 1) % self.memory
 
 
+class _Ewm:
+    """The exponentially weighted moments of the detector before session 4's model.
+
+    Kept only so that recovery snapshots written by that version unpickle; a detector restored
+    from one starts learning its stream afresh (see :meth:`DriftDetector.__setstate__`).
+    """
+
+    def __setstate__(self, state: object) -> None:
+        pass
+
+
 class DriftDetector:
     """Score each new value of one stream in [0, 1); higher is more anomalous (see the module for the scale).
 
@@ -167,6 +178,12 @@ class DriftDetector:
         self._tail_std = [1e3] * k
         self._was_red = [False] * k
         self._last_alert = -(10**9)
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        if "_shapes" not in state:  # the previous model's state: relearn this stream with this model
+            self.__init__()  # type: ignore[misc]
+            return
+        self.__dict__.update(state)
 
     def score_one(self, x: float) -> float:
         """Score ``x``, then learn from it. A value that is not finite scores 0 and is not learned."""

@@ -11,7 +11,8 @@ knows (NVIDIA's vocabulary: ``RESET_GPU``, ``RESTART_BM``, ``CONTACT_SUPPORT`` â
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
 
 SEVERITIES = ("info", "warning", "critical")
 
@@ -35,3 +36,22 @@ class Finding:
     signature: str = ""
     severity: str = "critical"
     remedy: str | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def __setstate__(self, state: Any) -> None:
+        # Snapshots of earlier versions pickled findings as (None, {slot: value}) and lack the
+        # fields added since: those take their defaults.
+        if isinstance(state, tuple) and len(state) == 2 and state[0] is None:
+            state = state[1]
+        if isinstance(state, list):
+            state = {f.name: value for f, value in zip(fields(self), state, strict=False)}
+        for f in fields(self):
+            if f.name in state:
+                value = state[f.name]
+            elif f.default is not MISSING:
+                value = f.default
+            else:
+                value = f.default_factory()  # type: ignore[misc]
+            object.__setattr__(self, f.name, value)

@@ -81,6 +81,22 @@ class JobMonitor:
         self._next_lost_check = float("-inf")
         self._next_rank_eval = float("-inf")
 
+    def __setstate__(self, state: dict[str, object]) -> None:
+        # A snapshot written before the anomaly lifecycle still resumes (an upgrade must not
+        # cost the recovery directory): its grouping windows move into Incidents.
+        if "incidents" not in state:
+            s: DetectorSettings = state["settings"]  # type: ignore[assignment]
+            incidents = Incidents(
+                str(state["scope"]), str(state["job_id"]), s.crash.group_window_s, s.straggler.cooldown_s
+            )
+            incidents._quiet_until = dict(state.pop("_quiet_until", {}))  # type: ignore[call-overload]
+            state.pop("_incident", None)
+            state["incidents"] = incidents
+        state.setdefault("activity", GpuActivity())
+        state.setdefault("templates", ErrorTemplates())
+        state.setdefault("_fatal_templates", {})
+        self.__dict__.update(state)
+
     # -- events -------------------------------------------------------------------
     def observe(self, event: Event) -> list[Anomaly]:
         if isinstance(event, ProgressRecord):

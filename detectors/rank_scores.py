@@ -71,6 +71,17 @@ class RankScorer:
         self._imbalance_reported = False
         self._start_run()
 
+    def __setstate__(self, state: dict[str, object]) -> None:
+        # Snapshots written before pipeline stages were known still resume.
+        state.setdefault("imbalance_ratio", 1.25)
+        state.setdefault("_stage", {})
+        state.setdefault("_dp_rank", {})
+        state.setdefault("_imbalance_reported", False)
+        state.setdefault("_pending", None)
+        if "_balance" not in state:
+            state["_balance"] = StageBalance(int(state.get("consecutive", 5)), float(state["imbalance_ratio"]))  # type: ignore[call-overload]
+        self.__dict__.update(state)
+
     def _start_run(self) -> None:
         self._times: dict[int, deque[float]] = {}
         self._node: dict[int, str] = {}

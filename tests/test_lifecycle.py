@@ -144,3 +144,17 @@ def test_gpu_samples_keep_flowing_into_a_resolved_job() -> None:
     mon.observe(JobEvent(ts=0.0, job_id="7", state="RUNNING", nodes=["n1"]))
     for t in range(0, 100, 10):
         assert mon.observe(GpuSample(ts=float(t), node="n1", gpu=0, util_pct=99.0, power_w=500.0)) == []
+
+
+def test_state_snapshotted_before_the_lifecycle_still_resumes() -> None:
+    """Monitors, history and policy pickled by the previous release (a --recovery directory)."""
+    import pickle
+
+    state = pickle.loads((Path(__file__).parent / "fixtures" / "state-before-lifecycle.pkl").read_bytes())
+    job = state["job"]
+    found = [a for t in range(60, 200, 5) for a in job.advance(float(t))]
+    assert [(a.kind, a.category) for a in found] == [("crash", "nccl_timeout")]  # the cascade it held
+    crash = job.observe(LogRecord(ts=300.0, job_id="7", node="n1", source="kernel", line=XID79))
+    assert [a.category for a in crash if not a.resolved] == ["xid_79"]
+    assert state["node"].observe(GpuSample(ts=40.0, node="n9", gpu=0, util_pct=0.0, temp_c=31.0)) == []
+    assert [x.action for x in state["policy"].decide(state["history"].revise(found[0]))] == ["requeue_job"]

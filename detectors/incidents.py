@@ -10,8 +10,9 @@ the findings of one scope (a job or an idle node) into anomalies:
   resumed, the job ended or restarted, the node returned to service. A resolved
   incident groups nothing more, so a later fault of the same job is a new anomaly
   with its own id — one alarm never blinds the next;
-- a hang alarm that a root cause then explains (an Xid, a CUDA error) does not
-  swallow it: the root cause is reported and the hang resolved as explained by it.
+- a hang alarm (or a cascade reported when its hold ran out) that a root cause then
+  explains (an Xid, a CUDA error) does not swallow it: the root cause is reported and
+  the earlier anomaly resolved as explained by it.
 
 >>> from detectors.findings import Finding
 >>> inc = Incidents("job/7", "7", group_window_s=1200.0, straggler_cooldown_s=900.0)
@@ -69,6 +70,7 @@ class Incidents:
         self.group_window_s = group_window_s
         self.straggler_cooldown_s = straggler_cooldown_s
         self.incident: Anomaly | None = None  # the open crash/hang incident
+        self._symptom = False  # the incident was opened by a cascade (a symptom), its root still unknown
         self._last_ts = float("-inf")  # newest finding grouped into it
         self._quiet_until: dict[str, float] = {}  # topic -> end of its dedupe window
         self.open: dict[str, Anomaly] = {}
@@ -88,10 +90,16 @@ class Incidents:
             and f.onset_ts <= self._last_ts + self.group_window_s
         )
         if grouped and inc is not None:
-            if inc.kind == "hang" and f.kind == "crash" and not f.cascade and f.severity == "critical":
-                # The hang alarm's root cause turned up: report it, and close the alarm as explained.
+            if (
+                (inc.kind == "hang" or self._symptom)
+                and f.kind == "crash"
+                and not f.cascade
+                and f.severity == "critical"
+            ):
+                # The root cause of a hang alarm (or of a cascade reported without one) turned up:
+                # report it, and close the earlier anomaly as explained by it.
                 anomaly = self._open(f)
-                self.incident, self._last_ts = anomaly, f.detected_at
+                self.incident, self._last_ts, self._symptom = anomaly, f.detected_at, False
                 return [*self._close(inc, f.detected_at, f"{SUPERSEDED} {anomaly.anomaly_id}"), anomaly]
             self._last_ts = max(self._last_ts, f.detected_at)
             return []
@@ -99,7 +107,7 @@ class Incidents:
             return []
         anomaly = self._open(f)
         if f.kind in INCIDENT_KINDS:
-            self.incident, self._last_ts = anomaly, f.detected_at
+            self.incident, self._last_ts, self._symptom = anomaly, f.detected_at, f.cascade
         return [anomaly]
 
     def _fresh(self, f: Finding) -> bool:
@@ -143,8 +151,13 @@ class Incidents:
             self.incident = None  # closed: a later fault is a new incident
         return out
 
+    def __setstate__(self, state: dict[str, object]) -> None:
+        state.setdefault("_symptom", False)
+        self.__dict__.update(state)
+
     def reset(self) -> None:
         """Forget grouping windows (the job restarted); open anomalies stay until resolved."""
         self.incident = None
+        self._symptom = False
         self._last_ts = float("-inf")
         self._quiet_until.clear()

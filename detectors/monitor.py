@@ -251,7 +251,11 @@ class JobMonitor:
             found = self.crash.flush(ts) or self._unclassified(ts)
             for finding in found:
                 finding.evidence.extend(evidence)
-            found = found or [Finding("crash", category, layer, ts, ts, confidence=0.6, evidence=evidence)]
+            # "The job failed" says nothing of why: a symptom, never the root cause of a reported cascade.
+            symptom = category == "job_failed"
+            found = found or [
+                Finding("crash", category, layer, ts, ts, confidence=0.6, evidence=evidence, cascade=symptom)
+            ]
         elif state != "COMPLETED":
             # Cancelled, timed out, preempted: what was held is still this job's story.
             found = self.crash.flush(ts) or self._unclassified(ts)

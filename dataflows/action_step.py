@@ -43,7 +43,7 @@ class PolicyLogic(StatefulBatchLogic[Anomaly, Decision, bytes]):
         for a in values:
             if a.resolved_at is not None:
                 # The job went on by itself: what was decided for the alarm must not happen now.
-                if is_false_alarm({"kind": a.kind, "resolution": a.resolution}):
+                if is_false_alarm(a.kind, a.resolution):
                     out.append((a, None))
                 continue
             out += [(a, x) for x in self.policy.decide(a)]

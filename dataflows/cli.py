@@ -121,7 +121,7 @@ class RunReport:
         dead = sum(self.dead.values())
         statuses = Counter(f"{a.status} ({a.mode})" for a in self.actions)
         actions = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items())) or "none"
-        false_alarms = sum(is_false_alarm(msgspec.structs.asdict(a)) for a in self.resolutions.values())
+        false_alarms = sum(is_false_alarm(a.kind, a.resolution) for a in self.resolutions.values())
         console.print(
             f"{len(self.anomalies)} anomalies ({len(self.resolutions)} resolved, {false_alarms} false alarms "
             f"resolved by progress), actions: {actions}, {dead} dead-lettered records",
@@ -540,7 +540,6 @@ def ship_logs(
     """Follow growing log files and publish their lines to the logs topic (at least once, resumable)."""
     import socket
 
-    import msgspec
     from confluent_kafka import Producer
 
     from dataflows.shipper import LogTailer

@@ -84,7 +84,7 @@ def count_anomalies(items: Iterable[Any]) -> None:
                 UNCLASSIFIED.inc()
             continue
         resolved[(a.kind,)] += 1
-        if is_false_alarm({"kind": a.kind, "resolution": a.resolution}):
+        if is_false_alarm(a.kind, a.resolution):
             false_alarms[(a.kind,)] += 1
     for counter, tally in ((ANOMALIES, opened), (RESOLVED, resolved), (FALSE_ALARMS, false_alarms)):
         for labels, n in tally.items():

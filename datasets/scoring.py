@@ -194,7 +194,7 @@ class Scorer:
         anomalies = latest_records(anomalies)
         faults = [lab for lab in labels if lab["kind"] != "benign"]
         explained_ids: set[str] = set()
-        self.false_alarms_resolved += sum(is_false_alarm(a) for a in anomalies)
+        self.false_alarms_resolved += sum(is_false_alarm(a.get("kind"), a.get("resolution")) for a in anomalies)
         for label in faults:
             ks = self.by_kind[label["kind"]]
             ks.labelled += 1

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import deque
 
 from detectors.events import LogRecord
-from detectors.findings import Finding
+from detectors.findings import Finding, count_recent
 from detectors.ids import evidence_line
 from detectors.signatures import SignatureMatch, looks_fatal, match_line
 
@@ -73,15 +73,14 @@ class CrashDetector:
         self._held_ranks: set[int] = set()
         self._storms: dict[tuple[str, str], deque[float]] = {}
         self._fatal_lines: list[LogRecord] = []
-        self.emitted = 0  # findings reported since the last reset (a job that explained itself)
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        # Snapshots of earlier versions resume (no unclassified lines, storms keyed by signature only).
+        # Snapshots of earlier versions resume: no unclassified lines yet, and storms were keyed by
+        # signature alone (such counts restart; storms keyed by signature and device are kept).
         state.setdefault("_fatal_lines", [])
-        state.setdefault("emitted", 0)
-        state["_storms"] = {}
-        for name, value in state.items():
-            setattr(self, name, value)
+        storms: dict[object, object] = state.get("_storms", {})  # type: ignore[assignment]
+        state["_storms"] = {k: v for k, v in storms.items() if isinstance(k, tuple)}
+        self.__dict__.update(state)
 
     def _clear_overflow(self) -> None:
         self._held_extra = 0
@@ -95,10 +94,12 @@ class CrashDetector:
             return []
         return self.observe_match(record, match)
 
-    def observe_unmatched(self, record: LogRecord) -> None:
-        """A line no signature explains: keep it if it looks fatal."""
-        if len(self._fatal_lines) < MAX_UNCLASSIFIED and looks_fatal(record.line):
+    def observe_unmatched(self, record: LogRecord) -> bool:
+        """A line no signature explains: keep it if it looks fatal (and say whether it does)."""
+        fatal = looks_fatal(record.line)
+        if fatal and len(self._fatal_lines) < MAX_UNCLASSIFIED:
             self._fatal_lines.append(record)
+        return fatal
 
     def observe_match(self, record: LogRecord, match: SignatureMatch) -> list[Finding]:
         """Like :meth:`observe`, for a line already matched against the catalogue."""
@@ -123,7 +124,6 @@ class CrashDetector:
         for cascade in held[:5]:
             finding.evidence.extend(cascade.evidence[:1])
         self._fatal_lines.clear()  # explained
-        self.emitted += 1
         return [finding]
 
     def _storm(self, record: LogRecord, match: SignatureMatch) -> list[Finding]:
@@ -131,19 +131,13 @@ class CrashDetector:
         sig = match.signature
         ts: float = record.ts  # type: ignore[assignment]
         key = (sig.id, f"{record.node}:{match.fields.get('pci', '')}")
-        times = self._storms.get(key)
-        if times is None:
-            times = self._storms[key] = deque()
-        times.append(ts)
-        while times and times[0] < ts - sig.storm_window_s:
-            times.popleft()
-        if sig.storm <= 0 or len(times) < sig.storm:
+        times = self._storms.setdefault(key, deque())
+        if sig.storm <= 0 or count_recent(times, ts, sig.storm_window_s) < sig.storm:
             return []
         finding = finding_from_line(record, match)
         finding.onset_ts = times[0]
         finding.evidence.append(f"{len(times)} such lines within {sig.storm_window_s:g}s")
         times.clear()
-        self.emitted += 1
         return [finding]
 
     def advance(self, watermark: float) -> list[Finding]:
@@ -166,7 +160,6 @@ class CrashDetector:
         first.evidence.append(f"{lines} cascade line(s) and no root error within {self.cascade_hold_s:g}s")
         self._clear_overflow()
         self._fatal_lines.clear()
-        self.emitted += 1
         return [first]
 
     def flush_expired(self) -> list[Finding]:
@@ -197,7 +190,6 @@ class CrashDetector:
             return []
         lines, self._fatal_lines = self._fatal_lines, []
         first = lines[0]
-        self.emitted += 1
         return [
             Finding(
                 kind="crash",
@@ -219,4 +211,3 @@ class CrashDetector:
         self._clear_overflow()
         self._storms.clear()
         self._fatal_lines.clear()
-        self.emitted = 0

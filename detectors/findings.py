@@ -11,10 +11,24 @@ knows (NVIDIA's vocabulary: ``RESET_GPU``, ``RESTART_BM``, ``CONTACT_SUPPORT`` â
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 SEVERITIES = ("info", "warning", "critical")
+
+
+def count_recent(times: deque[float], ts: float, window_s: float) -> int:
+    """Add ``ts`` to ``times`` and return how many fall within the last ``window_s`` (a burst's size).
+
+    >>> times: deque[float] = deque()
+    >>> [count_recent(times, t, 60.0) for t in (0.0, 30.0, 50.0, 100.0)]
+    [1, 2, 3, 2]
+    """
+    times.append(ts)
+    while times and times[0] < ts - window_s:
+        times.popleft()
+    return len(times)
 
 
 @dataclass(slots=True)

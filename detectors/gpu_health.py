@@ -22,7 +22,7 @@ import msgspec
 
 from detectors.drift import DriftDetector
 from detectors.events import GpuSample
-from detectors.findings import Finding
+from detectors.findings import Finding, count_recent
 from detectors.gpu_peers import throttle_mask
 from detectors.xid import xid_info
 
@@ -68,6 +68,7 @@ class GpuHealth:
         self._counters: dict[tuple[str, int, str], deque[tuple[float, int]]] = {}
         self._throttled: dict[tuple[str, int], int] = {}
         self._fired: dict[tuple[str, int, str], float] = {}
+        self._xid_bursts: dict[tuple[str, int, str], deque[float]] = {}  # ignored Xids seen, per GPU
         self._drift: dict[tuple[str, int, str], DriftDetector] = {}
 
     def observe(self, sample: GpuSample) -> list[Finding]:
@@ -137,13 +138,8 @@ class GpuHealth:
         then only a burst (``ignored_xid_burst`` within an hour on one GPU) is worth a warning."""
         if finding.severity == "critical":
             return True
-        key = (sample.node, sample.gpu, finding.category)
-        times = self._counters.setdefault(key, deque())
-        ts = float(sample.ts)
-        times.append((ts, 0))
-        while times and times[0][0] < ts - 3600.0:
-            times.popleft()
-        if len(times) < self.settings.ignored_xid_burst:
+        times = self._xid_bursts.setdefault((sample.node, sample.gpu, finding.category), deque())
+        if count_recent(times, float(sample.ts), 3600.0) < self.settings.ignored_xid_burst:  # type: ignore[arg-type]
             return False
         finding.evidence.append(f"{len(times)} times within 1h on this GPU")
         times.clear()
@@ -151,6 +147,7 @@ class GpuHealth:
 
     def __setstate__(self, state: dict[str, object]) -> None:
         state.setdefault("idle_drift", True)
+        state.setdefault("_xid_bursts", {})
         self.__dict__.update(state)
 
     def forget_samples(self) -> None:
@@ -158,6 +155,7 @@ class GpuHealth:
         self._last.clear()
         self._counters.clear()
         self._throttled.clear()
+        self._xid_bursts.clear()
 
     def lost(self, missing: list[tuple[str, int, float | None]], now: float) -> list[Finding]:
         """Findings for GPUs that stopped reporting: ``(node, gpu, last seen or None)`` (see :class:`GpuPeers`)."""

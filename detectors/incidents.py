@@ -61,6 +61,11 @@ def to_anomaly(scope: str, job_id: str | None, f: Finding) -> Anomaly:
     )
 
 
+def resolved(anomaly: Anomaly, now: float, resolution: str) -> Anomaly:
+    """The resolution record of ``anomaly``: the same anomaly, published again, resolved."""
+    return msgspec.structs.replace(anomaly, resolved_at=max(now, anomaly.detected_at), resolution=resolution)
+
+
 class Incidents:
     """Grouping and lifecycle of one scope's anomalies."""
 
@@ -134,7 +139,7 @@ class Incidents:
     # -- lifecycle ----------------------------------------------------------------------
     def _close(self, anomaly: Anomaly, now: float, resolution: str) -> list[Anomaly]:
         self.open.pop(anomaly.anomaly_id, None)
-        return [msgspec.structs.replace(anomaly, resolved_at=max(now, anomaly.detected_at), resolution=resolution)]
+        return [resolved(anomaly, now, resolution)]
 
     def resolve(
         self, now: float, resolution: str, kinds: frozenset[str] | None = None, opened_before: float | None = None

@@ -34,6 +34,10 @@ def latest_records(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(out.values())
 
 
-def is_false_alarm(row: dict[str, Any]) -> bool:
-    """A hang that ended because the job went on by itself: it was never hung."""
-    return row.get("kind") == "hang" and str(row.get("resolution") or "").startswith(PROGRESS_RESUMED)
+def is_false_alarm(kind: str | None, resolution: str | None) -> bool:
+    """A hang that ended because the job went on by itself: it was never hung.
+
+    >>> is_false_alarm("hang", "progress resumed after 90 s"), is_false_alarm("hang", "job ended (FAILED)")
+    (True, False)
+    """
+    return kind == "hang" and (resolution or "").startswith(PROGRESS_RESUMED)

@@ -27,13 +27,13 @@ from detectors.gpu_health import GpuHealth
 from detectors.gpu_peers import GpuPeers
 from detectors.hang import HangDetector, parse_rhythm
 from detectors.ids import evidence_line
-from detectors.incidents import INCIDENT_KINDS, Incidents, to_anomaly
+from detectors.incidents import INCIDENT_KINDS, Incidents, resolved, to_anomaly
 from detectors.lifecycle import JOB_ENDED, JOB_RESTARTED, NODE_RETURNED, PROGRESS_RESUMED
 from detectors.phases import phase_marker
 from detectors.progress_parsers import parse_nvrx_score, parse_progress
 from detectors.rank_scores import RankScorer
 from detectors.settings import DetectorSettings
-from detectors.signatures import looks_fatal, match_line
+from detectors.signatures import match_line
 from detectors.straggler import StragglerDetector
 from detectors.templates import ErrorTemplates, TemplateHit
 
@@ -141,9 +141,9 @@ class JobMonitor:
                 return []
         match = match_line(line)
         if match is None:
-            self.crash.observe_unmatched(rec)
+            fatal = self.crash.observe_unmatched(rec)
             hit = self.templates.observe(line)
-            if hit is not None and len(self._fatal_templates) < 8 and looks_fatal(line):
+            if hit is not None and fatal and len(self._fatal_templates) < 8:
                 self._fatal_templates.setdefault(hit.template_id, hit)
             return []
         if match.signature.category == "nic_degraded":
@@ -417,7 +417,7 @@ class NodeMonitor:
             return [self.down]
         if self.down is not None and not states & {"DRAIN", "DRAINED", "DRAINING", "MAINT", "REBOOT"}:
             down, self.down = self.down, None
-            return [down.__class__(**{**_asdict(down), "resolved_at": event.ts, "resolution": NODE_RETURNED})]
+            return [resolved(down, event.ts, NODE_RETURNED)]  # type: ignore[arg-type]
         return []
 
     def advance(self, watermark: float) -> list[Anomaly]:
@@ -437,10 +437,6 @@ class NodeMonitor:
             # No job runs here: the node itself is the problem to act on.
             f.kind = "node_unhealthy"
         return to_anomaly(self.scope, job_id, f)
-
-
-def _asdict(anomaly: Anomaly) -> dict[str, object]:
-    return {name: getattr(anomaly, name) for name in anomaly.__struct_fields__}
 
 
 def _fields(struct: object) -> dict[str, object]:

@@ -6,7 +6,7 @@ than ``max_partition_fraction`` of its nodes unavailable. When a check fails the
 breaker is *open*: the drain becomes a recommendation, and the open/closed
 transitions are reported so the audit log and the console can show them.
 
->>> from actions.drivers import Inventory, NodeInfo
+>>> from trainguard.actions.drivers import Inventory, NodeInfo
 >>> inv = Inventory(nodes={f"n{i}": NodeInfo(f"n{i}", "idle", ("gpu",)) for i in range(10)})
 >>> breaker = CircuitBreaker(max_partition_fraction=0.2, max_drains_per_hour=5)
 >>> breaker.check("n1", inv, now=0.0) is None
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from actions.drivers import Inventory
+from trainguard.actions.drivers import Inventory
 
 HOUR_S = 3600.0
 

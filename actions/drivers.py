@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from actions.commands import Attempt
+from trainguard.actions.commands import Attempt
 
 # What a scheduler accepts as a node name or job id; anything else never reaches a command.
 SAFE_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")

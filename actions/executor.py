@@ -8,9 +8,9 @@ start, intents without an outcome (the process died in between) are reconciled
 against the scheduler's real state: finished if the scheduler shows the effect,
 carried out now otherwise — never repeated, never lost.
 
->>> from actions.drivers import DryRunDriver, Inventory, NodeInfo
->>> from actions.policy import PolicyConfig
->>> from detectors.events import Action, Anomaly
+>>> from trainguard.actions.drivers import DryRunDriver, Inventory, NodeInfo
+>>> from trainguard.actions.policy import PolicyConfig
+>>> from trainguard.detectors.events import Action, Anomaly
 >>> inv = Inventory(nodes={f"n{i}": NodeInfo(f"n{i}", "idle", ("gpu",)) for i in range(20)})
 >>> driver = DryRunDriver(inv)
 >>> ex = ActionExecutor(PolicyConfig(mode="enforce"), driver)
@@ -31,14 +31,13 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-
-from actions.audit import AuditLog, read_entries
-from actions.breaker import CircuitBreaker
-from actions.checks import already_done, invalid_target, mode_for, shows_effect
-from actions.commands import Attempt, CommandFailed
-from actions.drivers import Inventory, SchedulerDriver, clean_reason
-from actions.policy import Mode, PolicyConfig
-from detectors.events import Action, Anomaly
+from trainguard.actions.audit import AuditLog, read_entries
+from trainguard.actions.breaker import CircuitBreaker
+from trainguard.actions.checks import already_done, invalid_target, mode_for, shows_effect
+from trainguard.actions.commands import Attempt, CommandFailed
+from trainguard.actions.drivers import Inventory, SchedulerDriver, clean_reason
+from trainguard.actions.policy import Mode, PolicyConfig
+from trainguard.detectors.events import Action, Anomaly
 
 TERMINAL_EVENTS = ("recommended", "applied", "failed", "suppressed", "rejected")
 

@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from actions.commands import Attempt, retry, since
-from actions.drivers import Inventory, JobInfo, NodeInfo
+from trainguard.actions.commands import Attempt, retry, since
+from trainguard.actions.drivers import Inventory, JobInfo, NodeInfo
 
 TAINT_KEY = "trainguard.io/quarantine"
 REASON_ANNOTATION = "trainguard.io/reason"

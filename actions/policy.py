@@ -19,7 +19,7 @@ remediate; Mission Control's "transient faults are retried without quarantine"):
 the live run decided. Whether a decision is *executed* (the mode of its scope,
 the inventory check, the circuit breaker) is the executor's business.
 
->>> from detectors.events import Anomaly
+>>> from trainguard.detectors.events import Anomaly
 >>> a = Anomaly(anomaly_id="an-1", detected_at=10.0, kind="crash", category="xid_79",
 ...             layer="hardware", transient=False, job_id="42", nodes=["n3"])
 >>> policy = Policy(PolicyConfig())
@@ -37,10 +37,9 @@ from collections import Counter
 from typing import Annotated, Literal
 
 import msgspec
-
-from detectors.events import Action, Anomaly
-from detectors.ids import action_id
-from detectors.xid import NODE_REMEDIES
+from trainguard.detectors.events import Action, Anomaly
+from trainguard.detectors.ids import action_id
+from trainguard.detectors.xid import NODE_REMEDIES
 
 Mode = Literal["monitor", "enforce"]
 _Fraction = Annotated[float, msgspec.Meta(gt=0.0, le=1.0)]

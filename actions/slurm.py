@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import time
 
-from actions.commands import Attempt, CommandFailed, CommandRunner
-from actions.drivers import Inventory, JobInfo, NodeInfo
-from actions.hostlist import expand
+from trainguard.actions.commands import Attempt, CommandFailed, CommandRunner
+from trainguard.actions.drivers import Inventory, JobInfo, NodeInfo
+from trainguard.actions.hostlist import expand
 
 _UNAVAILABLE_FLAGS = {"DRAIN", "DRAINING", "DRAINED", "FAIL", "NOT_RESPONDING"}
 

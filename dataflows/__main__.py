@@ -1,3 +1,3 @@
-from dataflows.cli import main
+from trainguard.dataflows.cli import main
 
 main()

@@ -16,16 +16,15 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 from bytewax.operators import StatefulBatchLogic
-
-from actions.audit import AuditLog
-from actions.commands import CommandRunner
-from actions.drivers import DryRunDriver, SchedulerDriver
-from actions.executor import ActionExecutor
-from actions.policy import Policy
-from dataflows import metrics
-from dataflows.config import SchedulerSettings, Settings
-from detectors.events import Action, Anomaly
-from detectors.lifecycle import is_false_alarm
+from trainguard.actions.audit import AuditLog
+from trainguard.actions.commands import CommandRunner
+from trainguard.actions.drivers import DryRunDriver, SchedulerDriver
+from trainguard.actions.executor import ActionExecutor
+from trainguard.actions.policy import Policy
+from trainguard.dataflows import metrics
+from trainguard.dataflows.config import SchedulerSettings, Settings
+from trainguard.detectors.events import Action, Anomaly
+from trainguard.detectors.lifecycle import is_false_alarm
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +63,11 @@ def make_driver(settings: SchedulerSettings) -> SchedulerDriver | None:
     )
     match settings.driver:
         case "slurm":
-            from actions.slurm import SlurmDriver
+            from trainguard.actions.slurm import SlurmDriver
 
             return SlurmDriver(runner, pending_wait_s=settings.timeout_s)
         case "kubernetes":
-            from actions.kubernetes import KubernetesDriver
+            from trainguard.actions.kubernetes import KubernetesDriver
 
             return KubernetesDriver.from_config(settings.namespace, settings.kube_context)
         case "dry-run":

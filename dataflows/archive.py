@@ -27,9 +27,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 from bytewax.outputs import FixedPartitionedSink, StatefulSinkPartition
-
-from detectors.events import Action, Anomaly, DeadLetter
-from detectors.lifecycle import latest_records
+from trainguard.detectors.events import Action, Anomaly, DeadLetter
+from trainguard.detectors.lifecycle import latest_records
 
 _TS = pa.timestamp("us", tz="UTC")
 

@@ -15,10 +15,9 @@ import msgspec
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-
-from dataflows.archive import flush_open_archives
-from dataflows.cli_audit import register as register_audit_command
-from dataflows.cli_common import (
+from trainguard.dataflows.archive import flush_open_archives
+from trainguard.dataflows.cli_audit import register as register_audit_command
+from trainguard.dataflows.cli_common import (
     BrokersOpt,
     ConfigOpt,
     ProcessesOpt,
@@ -31,16 +30,16 @@ from dataflows.cli_common import (
     publishing_settings,
     settings_from,
 )
-from dataflows.cli_scenarios import register as register_scenario_commands
-from dataflows.cli_templates import register as register_templates_command
-from dataflows.config import ConfigError
-from dataflows.logimport import LogImportError, import_logs
-from dataflows.publisher import RecordPublisher
-from dataflows.replay import ReplayError, ReplaySource, count_records
-from dataflows.replay_shards import ShardedReplaySource
-from detectors.events import Action, Anomaly, DeadLetter
-from detectors.lenient import FIELD_WARNINGS
-from detectors.lifecycle import is_false_alarm
+from trainguard.dataflows.cli_scenarios import register as register_scenario_commands
+from trainguard.dataflows.cli_templates import register as register_templates_command
+from trainguard.dataflows.config import ConfigError
+from trainguard.dataflows.logimport import LogImportError, import_logs
+from trainguard.dataflows.publisher import RecordPublisher
+from trainguard.dataflows.replay import ReplayError, ReplaySource, count_records
+from trainguard.dataflows.replay_shards import ShardedReplaySource
+from trainguard.detectors.events import Action, Anomaly, DeadLetter
+from trainguard.detectors.lenient import FIELD_WARNINGS
+from trainguard.detectors.lifecycle import is_false_alarm
 
 app = typer.Typer(
     add_completion=False,
@@ -85,7 +84,7 @@ class RunReport:
             self.dead.update(f"{d.topic}: {d.reason.split(' - at ')[0][:70]}" for d in items)
 
     def outputs(self, archive: Path | None, kafka: bool = False) -> Any:
-        from dataflows.flow import Outputs
+        from trainguard.dataflows.flow import Outputs
 
         return Outputs(
             archive=archive,
@@ -165,7 +164,7 @@ def _replay(
     quiet: bool,
     processes: int = 1,
 ) -> RunReport:
-    from dataflows.flow import build_flow
+    from trainguard.dataflows.flow import build_flow
 
     settings = settings_from(config)
     if processes > 1 and workers > 1:
@@ -178,7 +177,7 @@ def _replay(
     report = RunReport(echo=not quiet)
     started = time.perf_counter()
     if isinstance(source, ShardedReplaySource):
-        from dataflows.processes import WorkerProcessError, run_processes
+        from trainguard.dataflows.processes import WorkerProcessError, run_processes
 
         if not quiet:
             console.print(f"replaying {total} records on {processes} worker processes …")
@@ -227,7 +226,7 @@ def demo(
     console.print(f"Replaying the bundled scenario from {DEMO_DIR} …")
     report = _replay(DEMO_DIR, out, None, None, 1, quiet=False)
     report.print_summary(out)
-    from datasets.scenario import iter_labels
+    from trainguard.datasets.scenario import iter_labels
 
     faults = [lab for lab in iter_labels(DEMO_DIR / "labels.jsonl") if lab["kind"] != "benign"]
 
@@ -273,8 +272,8 @@ def run(
     snapshot_s: Annotated[float, typer.Option(min=0.1, help="Seconds between snapshots (Bytewax epochs).")] = 10.0,
 ) -> None:
     """Run live against Kafka: consume the input topics, publish anomalies and actions."""
-    from dataflows.flow import build_flow
-    from dataflows.kafka_io import KafkaRecordMapper, LagMonitor, StoppableSource, check_topics, kafka_source
+    from trainguard.dataflows.flow import build_flow
+    from trainguard.dataflows.kafka_io import KafkaRecordMapper, LagMonitor, StoppableSource, check_topics, kafka_source
 
     settings = settings_from(config)
     if brokers:
@@ -293,7 +292,7 @@ def run(
     report = RunReport(echo=True)
     server = None
     if metrics_port:
-        from dataflows.metrics import MetricsServer
+        from trainguard.dataflows.metrics import MetricsServer
 
         try:
             server = MetricsServer(metrics_port, metrics_host, token=os.environ.get("TRAINGUARD_METRICS_TOKEN") or None)
@@ -354,7 +353,7 @@ def produce(
     config: ConfigOpt = None,
 ) -> None:
     """Publish a replay directory's records to the Kafka input topics, in event-time order."""
-    from dataflows.kafka_io import create_topics, produce_replay
+    from trainguard.dataflows.kafka_io import create_topics, produce_replay
 
     settings = kafka_settings(config, brokers)
     if speed is not None and speed <= 0:
@@ -384,7 +383,7 @@ def collect_gpu(
     """Sample every GPU of this node through NVML and publish gpu records (and Xid events) to Kafka or a file."""
     import socket
 
-    from dataflows.nvml_collector import GpuCollector, NvmlUnavailable
+    from trainguard.dataflows.nvml_collector import GpuCollector, NvmlUnavailable
 
     settings = publishing_settings(config, brokers, out)
     try:
@@ -427,12 +426,11 @@ def console_cmd(
 ) -> None:
     """Serve the live dashboard: anomaly feed, job timelines, nodes, audit trail, approvals."""
     import uvicorn
-
-    from actions.audit import AuditLog
-    from actions.executor import ActionExecutor
-    from dataflows.action_step import make_driver
-    from dataflows.console import create_app
-    from dataflows.console_data import ConsoleData
+    from trainguard.actions.audit import AuditLog
+    from trainguard.actions.executor import ActionExecutor
+    from trainguard.dataflows.action_step import make_driver
+    from trainguard.dataflows.console import create_app
+    from trainguard.dataflows.console_data import ConsoleData
 
     settings = settings_from(config)
     if not settings.console.users:
@@ -440,7 +438,7 @@ def console_cmd(
             "the console needs at least one user under console.users in the config "
             "(name, role, and password_scrypt from `trainguard hash-password` or token_sha256)."
         )
-    from dataflows.passwords import check_format
+    from trainguard.dataflows.passwords import check_format
 
     for user in settings.console.users:
         why = check_format(user.password_scrypt) if user.password_scrypt else None
@@ -455,7 +453,7 @@ def console_cmd(
     data = ConsoleData(audit_path, archive, progress)
     data.refresh()
     if brokers:
-        from dataflows.console_kafka import KafkaTail
+        from trainguard.dataflows.console_kafka import KafkaTail
 
         settings.kafka.brokers = brokers_list(brokers)
         KafkaTail(settings.kafka, data)
@@ -471,7 +469,7 @@ def hash_password_cmd() -> None:
     """Print a console password's scrypt hash for console.users[].password_scrypt (read from the terminal or stdin)."""
     import getpass
 
-    from dataflows.passwords import hash_password
+    from trainguard.dataflows.passwords import hash_password
 
     if sys.stdin.isatty():
         password = getpass.getpass("password: ")
@@ -493,8 +491,8 @@ def watch_slurm(
     config: ConfigOpt = None,
 ) -> None:
     """Poll Slurm (squeue/sinfo --json) and publish job and node state changes as scheduler records."""
-    from actions.commands import CommandFailed, CommandRunner
-    from dataflows.slurm_watcher import SlurmWatcher
+    from trainguard.actions.commands import CommandFailed, CommandRunner
+    from trainguard.dataflows.slurm_watcher import SlurmWatcher
 
     settings = publishing_settings(config, brokers, out)
     s = settings.scheduler
@@ -541,8 +539,7 @@ def ship_logs(
     import socket
 
     from confluent_kafka import Producer
-
-    from dataflows.shipper import LogTailer
+    from trainguard.dataflows.shipper import LogTailer
 
     settings = kafka_settings(config, brokers)
     tailer = LogTailer(paths, state, node=node or socket.gethostname().split(".")[0], job_id=job)

@@ -8,8 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-
-from dataflows.config import ConfigError, Settings, load_settings
+from trainguard.dataflows.config import ConfigError, Settings, load_settings
 
 # Wide enough for the score tables when output goes to a file or a CI log (Rich assumes 80 there).
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)

@@ -13,9 +13,8 @@ import msgspec
 import typer
 import yaml
 from rich.table import Table
-
-from dataflows.cli_common import BrokersOpt, ConfigOpt, brokers_list, console, fail, settings_from
-from dataflows.config import ConfigError, Settings
+from trainguard.dataflows.cli_common import BrokersOpt, ConfigOpt, brokers_list, console, fail, settings_from
+from trainguard.dataflows.config import ConfigError, Settings
 
 PRESETS = ("demo", "default", "llama3", "scale", "adversarial")
 
@@ -31,7 +30,7 @@ def generate(
     config: ConfigOpt = None,
 ) -> None:
     """Write a labelled cluster scenario as a replay directory (or publish it to Kafka with --brokers)."""
-    from datasets import generator
+    from trainguard.datasets import generator
 
     if preset not in PRESETS:
         raise fail(f"unknown preset {preset!r}; the presets are: {', '.join(PRESETS)}.")
@@ -39,14 +38,14 @@ def generate(
         raise fail(f"--format must be jsonl or parquet, not {fmt!r}.")
     started = time.perf_counter()
     if preset == "demo":
-        from datasets.scenario import demo as demo_scenario
+        from trainguard.datasets.scenario import demo as demo_scenario
 
         demo_scenario(seed).write(out)
         console.print(f"wrote scenario demo (seed {seed}) to {out}")
         return
     if brokers:
-        from dataflows.kafka_io import create_topics, produce_records
-        from detectors.events import parse_ts
+        from trainguard.dataflows.kafka_io import create_topics, produce_records
+        from trainguard.detectors.events import parse_ts
 
         settings = settings_from(config)
         settings.kafka.brokers = brokers_list(brokers)
@@ -134,8 +133,8 @@ def score(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Score anomalies (and actions) against a scenario's labelled faults."""
-    from datasets.scoring import load_archive, load_labels
-    from datasets.scoring import score as score_report
+    from trainguard.datasets.scoring import load_archive, load_labels
+    from trainguard.datasets.scoring import score as score_report
 
     if not labels.is_file():
         raise fail(f"labels file {labels} does not exist; pass the labels.jsonl that generate wrote.")
@@ -255,8 +254,8 @@ def prepare_scenarios(
     preset: str, seeds: list[int], work: Path, minutes: float | None = None
 ) -> list[tuple[Path, list[dict[str, Any]]]]:
     """Generate (once; kept in ``work``) and load the labelled scenarios of ``preset`` for ``seeds``."""
-    from datasets import generator
-    from datasets.scoring import load_labels
+    from trainguard.datasets import generator
+    from trainguard.datasets.scoring import load_labels
 
     scenarios = []
     for seed in seeds:
@@ -269,8 +268,8 @@ def prepare_scenarios(
 
 def evaluate_settings(settings: Settings, scenarios: list[tuple[Path, list[dict[str, Any]]]]) -> dict[str, Any]:
     """Replay every scenario with ``settings`` and score them together."""
-    from dataflows.flow import replay_in_process
-    from datasets.scoring import Scorer
+    from trainguard.dataflows.flow import replay_in_process
+    from trainguard.datasets.scoring import Scorer
 
     scorer = Scorer()
     for directory, labels in scenarios:

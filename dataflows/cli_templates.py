@@ -18,9 +18,8 @@ import polars as pl
 import typer
 from rich.table import Table
 from rich.text import Text
-
-from dataflows.archive import read_dataset
-from dataflows.cli_common import console, err_console
+from trainguard.dataflows.archive import read_dataset
+from trainguard.dataflows.cli_common import console, err_console
 
 # The place ``detectors.ids.evidence_line`` puts before a line: ``node``, ``node/rank3`` or ``?``.
 _WHERE = re.compile(r"^[^\s/]+(?:/rank\d+)?: ")
@@ -61,7 +60,7 @@ def mine_unclassified(anomalies: pl.DataFrame) -> list[TemplateRow]:
 
     ``anomalies``: an archive's anomalies frame (:func:`dataflows.archive.read_dataset`).
     """
-    from detectors.templates import ErrorTemplates  # drain3 takes ~40 ms to import: only for this command
+    from trainguard.detectors.templates import ErrorTemplates  # drain3 takes ~40 ms to import: only for this command
 
     miner = ErrorTemplates(max_clusters=None)
     per_line: list[tuple[int, str, str, str]] = []  # template id, anomaly id, job, line

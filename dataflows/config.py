@@ -11,11 +11,10 @@ from typing import Literal
 
 import msgspec
 import yaml
-
-from actions.policy import PolicyConfig
-from detectors.events import TOPICS
-from detectors.routing import RouterSettings
-from detectors.settings import DetectorSettings
+from trainguard.actions.policy import PolicyConfig
+from trainguard.detectors.events import TOPICS
+from trainguard.detectors.routing import RouterSettings
+from trainguard.detectors.settings import DetectorSettings
 
 
 class ConfigError(ValueError):

@@ -28,11 +28,10 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-
-from actions.executor import ActionExecutor, ApprovalError
-from dataflows.config import ConsoleUser, Settings
-from dataflows.console_data import ConsoleData
-from dataflows.passwords import verify_password
+from trainguard.actions.executor import ActionExecutor, ApprovalError
+from trainguard.dataflows.config import ConsoleUser, Settings
+from trainguard.dataflows.console_data import ConsoleData
+from trainguard.dataflows.passwords import verify_password
 
 STATIC = Path(__file__).resolve().parent / "console_static"
 SECURITY_HEADERS = {

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-
-from detectors.events import Action, Anomaly
-from detectors.lifecycle import latest_records
+from trainguard.detectors.events import Action, Anomaly
+from trainguard.detectors.lifecycle import latest_records
 
 PROGRESS_BUCKETS = 360  # 10 s buckets: one hour of a job's timeline
 _ANOMALY_FIELDS = (

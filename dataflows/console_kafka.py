@@ -11,10 +11,9 @@ from typing import Any
 
 import msgspec
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
-
-from dataflows.config import KafkaSettings
-from dataflows.console_data import ConsoleData
-from detectors.events import Anomaly, ProgressRecord, decode
+from trainguard.dataflows.config import KafkaSettings
+from trainguard.dataflows.console_data import ConsoleData
+from trainguard.detectors.events import Anomaly, ProgressRecord, decode
 
 
 class KafkaTail:

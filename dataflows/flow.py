@@ -8,7 +8,7 @@
                                                             └─► decide (policy) ─► execute (driver) ─► actions sinks
 
 Build it with :func:`build_flow` and run it the Bytewax way
-(``python -m bytewax.run "dataflows.flow:from_env()"``) or through the CLI.
+(``python -m bytewax.run "trainguard.dataflows.flow:from_env()"``) or through the CLI.
 """
 
 from __future__ import annotations
@@ -29,21 +29,32 @@ from bytewax.dataflow import Dataflow
 from bytewax.inputs import Source
 from bytewax.operators import StatefulBatchLogic
 from bytewax.outputs import DynamicSink, StatelessSinkPartition
-
-from actions.executor import ActionExecutor
-from actions.policy import Policy
-from dataflows import metrics
-from dataflows.action_step import ActionLogic, PolicyLogic, make_executor
-from dataflows.archive import ParquetArchiveSink
-from dataflows.config import Settings, load_settings
-from dataflows.placement import key_on_worker
-from dataflows.records import RawRecord, Routed
-from dataflows.replay_shards import ShardedReplaySource
-from detectors.events import TOPICS, Action, Anomaly, DeadLetter, Event, GpuSample, LogRecord, NodeEvent, Tick, decode
-from detectors.history import HistoryAttributor
-from detectors.monitor import JobMonitor, NodeMonitor
-from detectors.routing import DEAD, Heartbeat, Router, is_broadcast, shard_of
-from detectors.settings import DetectorSettings
+from trainguard.actions.executor import ActionExecutor
+from trainguard.actions.policy import Policy
+from trainguard.dataflows import metrics
+from trainguard.dataflows.action_step import ActionLogic, PolicyLogic, make_executor
+from trainguard.dataflows.archive import ParquetArchiveSink
+from trainguard.dataflows.config import Settings, load_settings
+from trainguard.dataflows.placement import key_on_worker
+from trainguard.dataflows.records import RawRecord, Routed
+from trainguard.dataflows.replay_shards import ShardedReplaySource
+from trainguard.dataflows.snapshots import restore
+from trainguard.detectors.events import (
+    TOPICS,
+    Action,
+    Anomaly,
+    DeadLetter,
+    Event,
+    GpuSample,
+    LogRecord,
+    NodeEvent,
+    Tick,
+    decode,
+)
+from trainguard.detectors.history import HistoryAttributor
+from trainguard.detectors.monitor import JobMonitor, NodeMonitor
+from trainguard.detectors.routing import DEAD, Heartbeat, Router, is_broadcast, shard_of
+from trainguard.detectors.settings import DetectorSettings
 
 # ---------------------------------------------------------------- stateful steps
 
@@ -287,7 +298,7 @@ def build_flow(
         "route",
         keyed,
         lambda state: RouterLogic(  # type: ignore[arg-type]
-            pickle.loads(state)
+            restore(state)
             if state
             else Router(router_settings, clock_partitions, time.time() if live else None, sharded),
             live,
@@ -298,9 +309,7 @@ def build_flow(
     alive = op.branch("dead_or_alive", routed, lambda kv: kv[0] != DEAD)
     anomalies = op.key_rm(
         "anomalies",
-        op.stateful_batch(
-            "detect", alive.trues, lambda state: MonitorLogic(pickle.loads(state) if state else None, det)
-        ),  # type: ignore[arg-type]
+        op.stateful_batch("detect", alive.trues, lambda state: MonitorLogic(restore(state) if state else None, det)),  # type: ignore[arg-type]
     )
     hs = det.history
     anomalies = op.key_rm(
@@ -309,7 +318,7 @@ def build_flow(
             "attribute",
             op.key_on("to_history", anomalies, lambda _: "history"),
             lambda state: HistoryLogic(
-                pickle.loads(state)
+                restore(state)
                 if state
                 else HistoryAttributor(hs.lemon_jobs, hs.repeat_on_gpu, hs.window_s, hs.repeat_window_s)
             ),
@@ -320,7 +329,7 @@ def build_flow(
         op.stateful_batch(
             "decide",
             op.key_on("to_policy", anomalies, lambda _: "policy"),
-            lambda state: PolicyLogic(pickle.loads(state) if state else Policy(settings.policy)),
+            lambda state: PolicyLogic(restore(state) if state else Policy(settings.policy)),
         ),
     )
     new_executor = outputs.executor or (lambda: make_executor(settings))
@@ -329,7 +338,7 @@ def build_flow(
         op.stateful_batch(
             "execute",
             op.key_on("to_executor", decisions, lambda _: "actions"),
-            lambda state: ActionLogic(new_executor(), pickle.loads(state) if state else None),
+            lambda state: ActionLogic(new_executor(), restore(state) if state else None),
         ),
     )
     dead = op.map("dead_letters", alive.falses, lambda kv: kv[1])
@@ -355,7 +364,7 @@ def build_flow(
             keyed_rows = op.key_on(f"archive_key_{name}", stream, lambda _, name=name: name)
             op.output(f"archive_{name}", keyed_rows, ParquetArchiveSink(outputs.archive, name, a.roll_rows, a.roll_s))
     if outputs.kafka:
-        from dataflows.kafka_io import kafka_sink, to_kafka_message
+        from trainguard.dataflows.kafka_io import kafka_sink, to_kafka_message
 
         ks = settings.kafka
         out = op.merge("kafka_out", anomalies, actions, dead)
@@ -376,7 +385,7 @@ def from_env() -> Dataflow:
     ``TRAINGUARD_CONFIG`` (YAML), ``TRAINGUARD_BROKERS`` (comma-separated) and
     ``TRAINGUARD_OUT`` (archive directory) are read.
     """
-    from dataflows.kafka_io import KafkaRecordMapper, check_topics, kafka_source
+    from trainguard.dataflows.kafka_io import KafkaRecordMapper, check_topics, kafka_source
 
     settings = load_settings(os.environ.get("TRAINGUARD_CONFIG"))
     if os.environ.get("TRAINGUARD_BROKERS"):
@@ -402,8 +411,7 @@ def replay_in_process(
 ) -> tuple[list[Anomaly], list[Action], list[DeadLetter]]:
     """Run the real dataflow over a replay directory in this process and return its outputs."""
     from bytewax.testing import run_main
-
-    from dataflows.replay import ReplaySource
+    from trainguard.dataflows.replay import ReplaySource
 
     anomalies: list[Anomaly] = []
     actions: list[Action] = []

@@ -20,11 +20,10 @@ from bytewax.connectors.kafka import (
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-
-from dataflows.config import ConfigError, KafkaSettings
-from dataflows.records import RawRecord
-from dataflows.replay import merged_records
-from detectors.events import TOPICS, Action, Anomaly, DeadLetter
+from trainguard.dataflows.config import ConfigError, KafkaSettings
+from trainguard.dataflows.records import RawRecord
+from trainguard.dataflows.replay import merged_records
+from trainguard.detectors.events import TOPICS, Action, Anomaly, DeadLetter
 
 
 class InputTopics(NamedTuple):
@@ -115,8 +114,7 @@ class LagMonitor:
 
     def _loop(self) -> None:
         from confluent_kafka import TopicPartition
-
-        from dataflows import metrics
+        from trainguard.dataflows import metrics
 
         while not self._stop.wait(self._interval_s):
             try:

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-
-from detectors.logprefix import parse_prefix
+from trainguard.detectors.logprefix import parse_prefix
 
 _SLURM_OUT = re.compile(r"slurm-(\d+)(?:_\d+)?\.out$")
 _KERNEL = re.compile(r"NVRM:|kernel:|SXid|nvidia-nvswitch")

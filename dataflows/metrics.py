@@ -17,9 +17,8 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily
-
-from detectors.lenient import FIELD_WARNINGS
-from detectors.lifecycle import is_false_alarm
+from trainguard.detectors.lenient import FIELD_WARNINGS
+from trainguard.detectors.lifecycle import is_false_alarm
 
 EVENTS = Counter("trainguard_events_total", "Input records decoded, by stream.", ["topic"])
 DEAD_LETTERS = Counter("trainguard_dead_letters_total", "Input records refused, by stream.", ["topic"])

@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from bytewax.dataflow import Dataflow
-
-from dataflows.flow import Outputs
-from dataflows.ports import free_ports
+from trainguard.dataflows.flow import Outputs
+from trainguard.dataflows.ports import free_ports
 
 _DONE = "done"
 

@@ -6,8 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-
-from dataflows.config import Settings
+from trainguard.dataflows.config import Settings
 
 
 class RecordPublisher:

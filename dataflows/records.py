@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from detectors.events import Event
+from trainguard.detectors.events import Event
 
 
 class RawRecord(NamedTuple):

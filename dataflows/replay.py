@@ -24,9 +24,8 @@ from typing import Any
 import msgspec
 import pyarrow.parquet as pq
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
-
-from dataflows.records import RawRecord, Routed
-from detectors.events import TOPICS, DeadLetter, decode, parse_ts
+from trainguard.dataflows.records import RawRecord, Routed
+from trainguard.detectors.events import TOPICS, DeadLetter, decode, parse_ts
 
 REPLAY_CLOCK = "replay/0"
 # A timestamp this far from the previous one in the same file is treated as an

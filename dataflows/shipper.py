@@ -21,8 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from dataflows.logimport import job_from_path
-from detectors.logprefix import parse_prefix
+from trainguard.dataflows.logimport import job_from_path
+from trainguard.detectors.logprefix import parse_prefix
 
 _KERNEL_HINTS = ("NVRM:", "kernel:", "SXid", "nvidia-nvswitch", "mlx5_core")
 

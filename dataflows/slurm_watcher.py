@@ -5,7 +5,7 @@ carry the base state and its flags as Slurm prints them (``IDLE+DRAIN``,
 ``DOWN+NOT_RESPONDING``) with the reason. The first poll reports every job and
 node (the state a fresh flow needs); later polls only what changed.
 
->>> from actions.commands import Completed
+>>> from trainguard.actions.commands import Completed
 >>> class Tools:
 ...     def __init__(self): self.docs = {"sinfo": {"nodes": []}, "squeue": {"jobs": []}}
 ...     def run(self, argv): return Completed(__import__("json").dumps(self.docs[argv[0]]), ())
@@ -23,7 +23,7 @@ import json
 import time
 from typing import Any, Protocol
 
-from actions.hostlist import HostlistError, expand
+from trainguard.actions.hostlist import HostlistError, expand
 
 _NODE_FLAGS_SHOWN = ("DRAIN", "DRAINING", "DRAINED", "NOT_RESPONDING", "FAIL", "MAINTENANCE", "REBOOT_REQUESTED")
 

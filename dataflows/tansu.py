@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from dataflows.ports import free_port
+from trainguard.dataflows.ports import free_port
 
 
 def tansu_binary() -> str | None:
@@ -73,7 +73,7 @@ def start_tansu(
 
 def start_trainguard(args: list[str], **popen: object) -> subprocess.Popen[bytes]:
     """``trainguard ARGS…`` as a child in its own process group (stop it with :func:`stop_process`)."""
-    return subprocess.Popen([sys.executable, "-m", "dataflows", *args], start_new_session=True, **popen)  # type: ignore[call-overload]
+    return subprocess.Popen([sys.executable, "-m", "trainguard.dataflows", *args], start_new_session=True, **popen)  # type: ignore[call-overload]
 
 
 def stop_process(proc: subprocess.Popen[bytes]) -> None:

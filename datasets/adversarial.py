@@ -31,8 +31,8 @@ import math
 import random
 from typing import Any
 
-from datasets.generator import BASE_TS, GPUS_PER_NODE, ClusterSim, Fault, JobSim, Sink
-from detectors.xid import catalog
+from trainguard.datasets.generator import BASE_TS, GPUS_PER_NODE, ClusterSim, Fault, JobSim, Sink
+from trainguard.detectors.xid import catalog
 
 SCENARIO_NODES = 56
 JOBS = 12

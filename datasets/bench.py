@@ -1,4 +1,4 @@
-"""Replay throughput benchmark: ``python -m datasets.bench [--preset default] [--run 1 p1 p2] [--repeat 5]``.
+"""Replay throughput benchmark: ``python -m trainguard.datasets.bench [--preset default] [--run 1 p1 p2] [--repeat 5]``.
 
 Generates a workload — a synthetic mix (Megatron log lines, per-rank progress,
 GPU samples, scheduler events, with a crash, a hang and a straggler per job
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from datasets.scenario import BASE_TS, Job, Scenario
+from trainguard.datasets.scenario import BASE_TS, Job, Scenario
 
 
 def synthetic_mix(jobs: int, minutes: float, seed: int = 1) -> Scenario:
@@ -98,17 +98,17 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="runs of each configuration; the median is printed")
     args = parser.parse_args()
 
-    from dataflows.cli import _run as run_threads
-    from dataflows.config import Settings
-    from dataflows.flow import Outputs, build_flow
-    from dataflows.processes import run_processes
-    from dataflows.replay import ReplaySource, count_records, merged_events
-    from dataflows.replay_shards import ShardedReplaySource
+    from trainguard.dataflows.cli import _run as run_threads
+    from trainguard.dataflows.config import Settings
+    from trainguard.dataflows.flow import Outputs, build_flow
+    from trainguard.dataflows.processes import run_processes
+    from trainguard.dataflows.replay import ReplaySource, count_records, merged_events
+    from trainguard.dataflows.replay_shards import ShardedReplaySource
 
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         if args.preset:
-            from datasets.generator import write_scenario
+            from trainguard.datasets.generator import write_scenario
 
             write_scenario(args.preset, args.seed, directory)
             workload = f"`{args.preset}` preset, seed {args.seed}"

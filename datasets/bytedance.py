@@ -34,8 +34,7 @@ from pathlib import Path
 
 import polars as pl
 import yaml
-
-from detectors.events import ProgressRecord
+from trainguard.detectors.events import ProgressRecord
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "bytedance-straggler-whatif"
 TRIALS = ("AR", "SE", "ST")

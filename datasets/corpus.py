@@ -1,4 +1,4 @@
-"""The real-world log corpus, replayed one job per excerpt: ``python -m datasets.corpus [tune|holdout|PATH]``.
+"""The real-world log corpus, replayed one job per excerpt: ``python -m trainguard.datasets.corpus PART``.
 
 ``../shared/datasets/real-log-corpus/`` holds real log excerpts from public issue
 threads, each labelled with a failure family (or ``normal_progress`` / ``other``)
@@ -26,9 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
-
-from detectors.events import Action, Anomaly
-from detectors.signatures import family_of
+from trainguard.detectors.events import Action, Anomaly
+from trainguard.detectors.signatures import family_of
 
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "real-log-corpus"
 EXCERPTS_PATH = CORPUS_DIR.parent / "real-log-excerpts.jsonl"  # the first 52 excerpts, same labels
@@ -92,7 +91,7 @@ def load(path: Path) -> list[Excerpt]:
 
 def write_replay(excerpts: list[Excerpt], directory: Path, gap_s: float = 0.0) -> Path:
     """A replay directory with one job per excerpt, all starting at the same event time."""
-    from dataflows.logimport import import_lines
+    from trainguard.dataflows.logimport import import_lines
 
     records = []
     for ex in excerpts:
@@ -117,7 +116,7 @@ def write_replay(excerpts: list[Excerpt], directory: Path, gap_s: float = 0.0) -
 
 def evaluate(path: Path, gap_s: float = 0.0) -> list[ExcerptOutcome]:
     """Replay every excerpt of ``path`` through the real dataflow and score each."""
-    from dataflows.flow import replay_in_process
+    from trainguard.dataflows.flow import replay_in_process
 
     excerpts = load(path)
     with tempfile.TemporaryDirectory() as tmp:

@@ -29,8 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-
-from datasets.scenario import (
+from trainguard.datasets.scenario import (
     BASE_TS,
     GPUS_PER_NODE,
     gpu_sample,
@@ -640,7 +639,7 @@ def build(preset: str, seed: int, nodes: int | None = None, minutes: float | Non
     """A planned simulation for a preset: ``default``, ``llama3``, ``scale`` or ``adversarial``."""
     rng = random.Random(seed)
     if preset == "adversarial":
-        from datasets.adversarial import build_adversarial
+        from trainguard.datasets.adversarial import build_adversarial
 
         return build_adversarial(seed, nodes, minutes)
     if preset == "default":

@@ -1,4 +1,4 @@
-"""Live detection latency against a real broker: ``python -m datasets.live_latency [--lateness 0.5]``.
+"""Live detection latency against a real broker: ``python -m trainguard.datasets.live_latency [--lateness 0.5]``.
 
 Starts a Tansu broker, starts ``trainguard run`` on it, and publishes a two-minute
 scenario *in real time* (1×): job A's GPU falls off the bus at 70 s, job B hangs
@@ -18,9 +18,8 @@ import time
 from pathlib import Path
 
 import msgspec
-
-from datasets.scenario import GPUS_PER_NODE, Job, Scenario, gpu_sample, log_record
-from detectors.events import parse_ts
+from trainguard.datasets.scenario import GPUS_PER_NODE, Job, Scenario, gpu_sample, log_record
+from trainguard.detectors.events import parse_ts
 
 
 def scenario(t0: float, seconds: float = 150.0) -> tuple[list[tuple[float, str, bytes]], float]:
@@ -61,10 +60,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from confluent_kafka import Consumer, TopicPartition
-
-    from dataflows.config import KafkaSettings
-    from dataflows.kafka_io import create_topics, produce_records
-    from dataflows.tansu import free_port, start_tansu, start_trainguard, stop_process, tansu_binary
+    from trainguard.dataflows.config import KafkaSettings
+    from trainguard.dataflows.kafka_io import create_topics, produce_records
+    from trainguard.dataflows.tansu import free_port, start_tansu, start_trainguard, stop_process, tansu_binary
 
     binary = tansu_binary()
     if binary is None:

@@ -1,4 +1,4 @@
-"""Per-event cost of each detector, in microseconds: ``python -m datasets.microbench``.
+"""Per-event cost of each detector, in microseconds: ``python -m trainguard.datasets.microbench``.
 
 Each line times one call on a realistic input, many times over, on one core,
 with no Bytewax around it — the cost a detector adds to every event of its kind.
@@ -9,15 +9,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from detectors.drift import DriftDetector
-from detectors.events import GpuSample, LogRecord, ProgressRecord, decode
-from detectors.hang import HangDetector
-from detectors.monitor import JobMonitor, NodeMonitor
-from detectors.progress_parsers import parse_progress
-from detectors.rank_scores import RankScorer
-from detectors.routing import Router, RouterSettings
-from detectors.signatures import match_line
-from detectors.templates import ErrorTemplates
+from trainguard.detectors.drift import DriftDetector
+from trainguard.detectors.events import GpuSample, LogRecord, ProgressRecord, decode
+from trainguard.detectors.hang import HangDetector
+from trainguard.detectors.monitor import JobMonitor, NodeMonitor
+from trainguard.detectors.progress_parsers import parse_progress
+from trainguard.detectors.rank_scores import RankScorer
+from trainguard.detectors.routing import Router, RouterSettings
+from trainguard.detectors.signatures import match_line
+from trainguard.detectors.templates import ErrorTemplates
 
 MEGATRON = (
     " iteration     5426/  250000 | consumed samples:        43408 | elapsed time per iteration (ms): 4247.9 | "

@@ -1,4 +1,4 @@
-"""NAB scoring with NAB's own rules: ``python -m datasets.nab [--detector trainguard|windowedGaussian|null]``.
+"""NAB scoring with NAB's own rules: ``python -m trainguard.datasets.nab [--detector NAME]``.
 
 The Numenta Anomaly Benchmark rewards early detection inside labelled anomaly
 windows and penalises false positives, through a scaled sigmoid of each
@@ -12,7 +12,7 @@ costs ``fnWeight``. One threshold per profile is chosen to maximise the total
 over the corpus, and the total is normalised so the null detector (no
 detections) scores 0 and the perfect one 100.
 
-``python -m datasets.nab --detector windowedGaussian`` reruns NAB's own
+``python -m trainguard.datasets.nab --detector windowedGaussian`` reruns NAB's own
 windowed-Gaussian baseline, whose published optimised raw score this scorer
 reproduces (``tests/test_nab.py``).
 """
@@ -218,7 +218,7 @@ def null_detector(values: np.ndarray, timestamps: list[datetime]) -> list[float]
 
 
 def trainguard_detector(values: np.ndarray, timestamps: list[datetime]) -> list[float]:
-    from detectors.drift import DriftDetector
+    from trainguard.detectors.drift import DriftDetector
 
     detector = DriftDetector()
     return [detector.score_one(float(v)) for v in values]

@@ -7,7 +7,7 @@ localise, a hang is silence (the NCCL watchdog speaks ten minutes later), and a
 crash makes every rank print a cascade. Benign pauses (a checkpoint save, an
 evaluation phase, a user's cancel) are there to be ignored.
 
-``python -m datasets.scenario OUT_DIR [--seed N]`` writes a replay directory.
+``python -m trainguard.datasets.scenario OUT_DIR [--seed N]`` writes a replay directory.
 """
 
 from __future__ import annotations

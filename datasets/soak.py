@@ -6,7 +6,7 @@ the fly and fed to the dataflow as raw JSON records (decode included). Prints
 events/s, the p99 time the detect step spends on a batch, and the process RSS
 sampled along the way — it must level off, not grow with the hours.
 
-    python -m datasets.soak [--hours 24]
+    python -m trainguard.datasets.soak [--hours 24]
 """
 
 from __future__ import annotations
@@ -21,13 +21,12 @@ from typing import Any
 
 import msgspec
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
-
-from dataflows import metrics
-from dataflows.config import Settings
-from dataflows.flow import Outputs, build_flow
-from dataflows.records import RawRecord
-from datasets import generator
-from detectors.events import parse_ts
+from trainguard.dataflows import metrics
+from trainguard.dataflows.config import Settings
+from trainguard.dataflows.flow import Outputs, build_flow
+from trainguard.dataflows.records import RawRecord
+from trainguard.datasets import generator
+from trainguard.detectors.events import parse_ts
 
 HOUR_S = 3600.0
 

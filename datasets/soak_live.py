@@ -1,6 +1,6 @@
 """Live soak: a 1,000-GPU cluster published in real time to a real broker, ``trainguard run`` consuming.
 
-    python -m datasets.soak_live [--minutes 10]
+    python -m trainguard.datasets.soak_live [--minutes 10]
 
 Starts Tansu and ``trainguard run`` (a child process), publishes the ``scale``
 preset on 125 nodes × 8 GPUs at 1× speed (timestamps rewritten to now), and every
@@ -23,11 +23,10 @@ import urllib.request
 from pathlib import Path
 
 import msgspec
-
-from dataflows.metrics import bucket_quantile
-from datasets import generator
-from datasets.scenario import BASE_TS
-from detectors.events import parse_ts
+from trainguard.dataflows.metrics import bucket_quantile
+from trainguard.datasets import generator
+from trainguard.datasets.scenario import BASE_TS
+from trainguard.detectors.events import parse_ts
 
 
 def _rss_mib(pid: int) -> float:
@@ -64,10 +63,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from confluent_kafka import Producer
-
-    from dataflows.config import KafkaSettings
-    from dataflows.kafka_io import create_topics
-    from dataflows.tansu import free_port, start_tansu, start_trainguard, stop_process, tansu_binary
+    from trainguard.dataflows.config import KafkaSettings
+    from trainguard.dataflows.kafka_io import create_topics
+    from trainguard.dataflows.tansu import free_port, start_tansu, start_trainguard, stop_process, tansu_binary
 
     binary = tansu_binary()
     if binary is None:

@@ -11,7 +11,7 @@ like a failure (an uncaught exception, ``terminate called``, a failed assertion)
 is kept, and :meth:`CrashDetector.unclassified` reports it as
 ``crash/unclassified`` when the job then stops or ends.
 
->>> from detectors.events import LogRecord
+>>> from trainguard.detectors.events import LogRecord
 >>> det = CrashDetector(cascade_hold_s=10)
 >>> line = "[rank3]: Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE)"
 >>> det.observe(LogRecord(ts=100.0, job_id="7", node="n1", rank=3, line=line))
@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from collections import deque
 
-from detectors.events import LogRecord
-from detectors.findings import Finding, count_recent
-from detectors.ids import evidence_line
-from detectors.signatures import SignatureMatch, looks_fatal, match_line
+from trainguard.detectors.events import LogRecord
+from trainguard.detectors.findings import Finding, count_recent
+from trainguard.detectors.ids import evidence_line
+from trainguard.detectors.signatures import SignatureMatch, looks_fatal, match_line
 
 
 def finding_from_line(record: LogRecord, match: SignatureMatch) -> Finding:

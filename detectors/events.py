@@ -21,8 +21,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 import msgspec
-
-from detectors.lenient import FIELD_WARNINGS, coerce, parse_loose
+from trainguard.detectors.lenient import FIELD_WARNINGS, coerce, parse_loose
 
 # Records larger than this are refused: a 1 MB "log line" is a producer bug
 # (a binary dump, a runaway traceback), and passing it on would let one record

@@ -10,7 +10,7 @@ dead process: the logs must decide.
 The training power level is learned per GPU from samples taken while the job
 makes steps, so no absolute wattage is assumed (an H100 and an A10 differ by 5×).
 
->>> from detectors.events import GpuSample
+>>> from trainguard.detectors.events import GpuSample
 >>> act = GpuActivity()
 >>> for t in range(0, 100, 10):
 ...     for g in range(4):
@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from statistics import median
 
-from detectors.events import GpuSample
+from trainguard.detectors.events import GpuSample
 
 GpuKey = tuple[str, int]
 

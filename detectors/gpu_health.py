@@ -4,7 +4,7 @@ Counters are cumulative, so the rules look at increments between samples of the
 same GPU within a window, and a counter that goes *down* (driver reload) is a
 reset, not an error. Each (GPU, category) fires at most once per cooldown.
 
->>> from detectors.events import GpuSample
+>>> from trainguard.detectors.events import GpuSample
 >>> health = GpuHealth()
 >>> health.observe(GpuSample(ts=10.0, node="n1", gpu=0, ecc_dbe_total=0))
 []
@@ -19,12 +19,11 @@ from __future__ import annotations
 from collections import deque
 
 import msgspec
-
-from detectors.drift import DriftDetector
-from detectors.events import GpuSample
-from detectors.findings import Finding, count_recent
-from detectors.gpu_peers import throttle_mask
-from detectors.xid import xid_info
+from trainguard.detectors.drift import DriftDetector
+from trainguard.detectors.events import GpuSample
+from trainguard.detectors.findings import Finding, count_recent
+from trainguard.detectors.gpu_peers import throttle_mask
+from trainguard.detectors.xid import xid_info
 
 
 class GpuHealthSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -7,7 +7,7 @@ kernels (utilisation near 100 %) while the culprit sits idle or has vanished.
 Each metric is compared with robust z-scores (median and MAD across the job's
 GPUs) over the last few samples.
 
->>> from detectors.events import GpuSample
+>>> from trainguard.detectors.events import GpuSample
 >>> peers = GpuPeers()
 >>> for t in range(3):
 ...     for g in range(8):
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import deque
 from statistics import median
 
-from detectors.events import GpuSample
+from trainguard.detectors.events import GpuSample
 
 # NVML clock-throttle reasons that mean the GPU is slowed by heat or power
 # delivery (HW slowdown, SW/HW thermal, HW power brake) — not the routine power cap.

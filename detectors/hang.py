@@ -38,8 +38,8 @@ import math
 import re
 from collections import deque
 
-from detectors.findings import Finding
-from detectors.gpu_activity import Verdict
+from trainguard.detectors.findings import Finding
+from trainguard.detectors.gpu_activity import Verdict
 
 # Intervals jobs print in their argument dumps / configs: Megatron, HF Trainer, Lightning, NeMo, torchtitan.
 RHYTHM_LINE = re.compile(

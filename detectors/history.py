@@ -14,7 +14,7 @@ counts per node and per GPU:
   recovered) that comes back on the same node within ``repeat_window_s`` is a
   part going bad: persistent, so the node is drained the second time.
 
->>> from detectors.events import Anomaly
+>>> from trainguard.detectors.events import Anomaly
 >>> hist = HistoryAttributor(lemon_jobs=2)
 >>> def crash(job, ts):
 ...     return Anomaly(anomaly_id=f"a{job}", detected_at=ts, kind="crash", category="cuda_launch_failure",
@@ -31,8 +31,7 @@ from __future__ import annotations
 from collections import deque
 
 import msgspec
-
-from detectors.events import Anomaly
+from trainguard.detectors.events import Anomaly
 
 FAILURE_KINDS = frozenset({"crash", "hang"})
 GPU_FAULT_PREFIXES = ("xid_", "ecc_", "row_remap", "gpu_lost")

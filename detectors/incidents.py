@@ -14,7 +14,7 @@ the findings of one scope (a job or an idle node) into anomalies:
   explains (an Xid, a CUDA error) does not swallow it: the root cause is reported and
   the earlier anomaly resolved as explained by it.
 
->>> from detectors.findings import Finding
+>>> from trainguard.detectors.findings import Finding
 >>> inc = Incidents("job/7", "7", group_window_s=1200.0, straggler_cooldown_s=900.0)
 >>> hang = inc.emit([Finding("hang", "no_progress", "unknown", 100.0, 160.0)])
 >>> [a.category for a in hang]
@@ -28,12 +28,11 @@ the findings of one scope (a job or an idle node) into anomalies:
 from __future__ import annotations
 
 import msgspec
-
-from detectors.attribution import attribute_layer
-from detectors.events import Anomaly
-from detectors.findings import Finding
-from detectors.ids import anomaly_id
-from detectors.lifecycle import SUPERSEDED
+from trainguard.detectors.attribution import attribute_layer
+from trainguard.detectors.events import Anomaly
+from trainguard.detectors.findings import Finding
+from trainguard.detectors.ids import anomaly_id
+from trainguard.detectors.lifecycle import SUPERSEDED
 
 INCIDENT_KINDS = frozenset({"crash", "hang"})
 SLOWDOWN_CATEGORIES = frozenset({"thermal_throttle", "power_brake", "hw_slowdown"})

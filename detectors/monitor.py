@@ -7,7 +7,7 @@ says when it may be forgotten. Anomalies resolve when progress resumes, the job
 ends or restarts, or the node returns to service. Monitors are plain picklable
 objects, so Bytewax can snapshot them for recovery.
 
->>> from detectors.events import LogRecord, Tick
+>>> from trainguard.detectors.events import LogRecord, Tick
 >>> mon = JobMonitor("7")
 >>> [a.category for a in mon.observe(LogRecord(ts=10.0, job_id="7", node="n1", rank=0,
 ...     line="RuntimeError: CUDA error: an illegal memory access was encountered"))]
@@ -19,23 +19,23 @@ objects, so Bytewax can snapshot them for recovery.
 
 from __future__ import annotations
 
-from detectors.crash import CrashDetector
-from detectors.events import Anomaly, Event, GpuSample, JobEvent, LogRecord, NodeEvent, ProgressRecord
-from detectors.findings import Finding
-from detectors.gpu_activity import GpuActivity, Verdict
-from detectors.gpu_health import GpuHealth
-from detectors.gpu_peers import GpuPeers
-from detectors.hang import HangDetector, parse_rhythm
-from detectors.ids import evidence_line
-from detectors.incidents import INCIDENT_KINDS, Incidents, resolved, to_anomaly
-from detectors.lifecycle import JOB_ENDED, JOB_RESTARTED, NODE_RETURNED, PROGRESS_RESUMED
-from detectors.phases import phase_marker
-from detectors.progress_parsers import parse_nvrx_score, parse_progress
-from detectors.rank_scores import RankScorer
-from detectors.settings import DetectorSettings
-from detectors.signatures import match_line
-from detectors.straggler import StragglerDetector
-from detectors.templates import ErrorTemplates, TemplateHit
+from trainguard.detectors.crash import CrashDetector
+from trainguard.detectors.events import Anomaly, Event, GpuSample, JobEvent, LogRecord, NodeEvent, ProgressRecord
+from trainguard.detectors.findings import Finding
+from trainguard.detectors.gpu_activity import GpuActivity, Verdict
+from trainguard.detectors.gpu_health import GpuHealth
+from trainguard.detectors.gpu_peers import GpuPeers
+from trainguard.detectors.hang import HangDetector, parse_rhythm
+from trainguard.detectors.ids import evidence_line
+from trainguard.detectors.incidents import INCIDENT_KINDS, Incidents, resolved, to_anomaly
+from trainguard.detectors.lifecycle import JOB_ENDED, JOB_RESTARTED, NODE_RETURNED, PROGRESS_RESUMED
+from trainguard.detectors.phases import phase_marker
+from trainguard.detectors.progress_parsers import parse_nvrx_score, parse_progress
+from trainguard.detectors.rank_scores import RankScorer
+from trainguard.detectors.settings import DetectorSettings
+from trainguard.detectors.signatures import match_line
+from trainguard.detectors.straggler import StragglerDetector
+from trainguard.detectors.templates import ErrorTemplates, TemplateHit
 
 __all__ = ["FAILED_STATES", "RUNNING_STATES", "WAITING_STATES", "JobMonitor", "NodeMonitor", "to_anomaly"]
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from statistics import median, median_low
 
-from detectors.findings import Finding
+from trainguard.detectors.findings import Finding
 
 
 def stage_paces(medians: Mapping[int, float], stage_of: Mapping[int, int]) -> dict[int, float]:

@@ -43,8 +43,8 @@ from __future__ import annotations
 from collections import deque
 from statistics import median
 
-from detectors.findings import Finding
-from detectors.pipeline import StageBalance
+from trainguard.detectors.findings import Finding
+from trainguard.detectors.pipeline import StageBalance
 
 
 class RankScorer:

@@ -10,7 +10,7 @@ after each release hands out the ticks the clock has crossed to every active
 key — in the same output stream as the events, so a key never sees a tick
 before an event that preceded it.
 
->>> from detectors.events import JobEvent, GpuSample
+>>> from trainguard.detectors.events import JobEvent, GpuSample
 >>> router = Router(RouterSettings(lateness_s=0, tick_s=5))
 >>> [(k, type(v).__name__) for k, v in router.route(
 ...     "scheduler/0", JobEvent(ts=100.0, job_id="7", state="RUNNING", nodes=["n1"]))]
@@ -41,10 +41,19 @@ import zlib
 from typing import Any
 
 import msgspec
-
-from detectors.clock import EventClock
-from detectors.events import TOPICS, DeadLetter, Event, GpuSample, JobEvent, LogRecord, NodeEvent, ProgressRecord, Tick
-from detectors.monitor import RUNNING_STATES
+from trainguard.detectors.clock import EventClock
+from trainguard.detectors.events import (
+    TOPICS,
+    DeadLetter,
+    Event,
+    GpuSample,
+    JobEvent,
+    LogRecord,
+    NodeEvent,
+    ProgressRecord,
+    Tick,
+)
+from trainguard.detectors.monitor import RUNNING_STATES
 
 DEAD = "!dead"  # key of dead-letter items in the router's output
 

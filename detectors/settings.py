@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import msgspec
-
-from detectors.gpu_health import GpuHealthSettings
-from detectors.history import HistorySettings
+from trainguard.detectors.gpu_health import GpuHealthSettings
+from trainguard.detectors.history import HistorySettings
 
 
 class HangSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

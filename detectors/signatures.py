@@ -26,8 +26,7 @@ import re
 from dataclasses import dataclass, replace
 
 import ahocorasick_rs
-
-from detectors.catalogue import (
+from trainguard.detectors.catalogue import (
     CATALOGUE,
     EXIT,
     FAMILIES,
@@ -37,7 +36,7 @@ from detectors.catalogue import (
     XID,
     Signature,
 )
-from detectors.xid import xid_info
+from trainguard.detectors.xid import xid_info
 
 __all__ = [
     "CATALOGUE",

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import deque
 from statistics import median
 
-from detectors.findings import Finding
+from trainguard.detectors.findings import Finding
 
 
 class StragglerDetector:

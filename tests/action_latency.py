@@ -21,13 +21,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from actions.commands import CommandRunner
-from actions.executor import ActionExecutor
-from actions.hostlist import expand
-from actions.policy import Policy, PolicyConfig
-from actions.slurm import SlurmDriver
-from dataflows.action_step import BackgroundExecutor
-from detectors.events import Anomaly
+from trainguard.actions.commands import CommandRunner
+from trainguard.actions.executor import ActionExecutor
+from trainguard.actions.hostlist import expand
+from trainguard.actions.policy import Policy, PolicyConfig
+from trainguard.actions.slurm import SlurmDriver
+from trainguard.dataflows.action_step import BackgroundExecutor
+from trainguard.detectors.events import Anomaly
+
 from tests.slurm_cluster import SlurmCluster, start, stop
 
 

@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from trainguard.dataflows.config import Settings
+from trainguard.dataflows.flow import replay_in_process
+from trainguard.dataflows.tansu import Broker, stop_process, tansu_binary
+from trainguard.dataflows.tansu import start_tansu as _start_tansu
+from trainguard.detectors.events import Action, Anomaly, DeadLetter
 
-from dataflows.config import Settings
-from dataflows.flow import replay_in_process
-from dataflows.tansu import Broker, stop_process, tansu_binary
-from dataflows.tansu import start_tansu as _start_tansu
-from detectors.events import Action, Anomaly, DeadLetter
 from tests.slurm_cluster import SlurmCluster, missing_binaries
 from tests.slurm_cluster import start as start_slurm
 from tests.slurm_cluster import stop as stop_slurm

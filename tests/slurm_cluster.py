@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from actions.hostlist import expand
+from trainguard.actions.hostlist import expand
 
 NODES = [f"gpu-node-0{i}" for i in range(1, 5)]
 CTLD_PORT = 16817

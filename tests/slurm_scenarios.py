@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from datasets.scenario import job_record, log_record, rfc3339
+from trainguard.datasets.scenario import job_record, log_record, rfc3339
 
 RANKS_PER_NODE = 2
 

@@ -11,15 +11,14 @@ import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from actions.audit import AuditLog, compact, query, read_entries
-from actions.commands import CommandFailed, CommandRunner
-from actions.drivers import DryRunDriver, Inventory, JobInfo, NodeInfo
-from actions.executor import ActionExecutor
-from actions.hostlist import HostlistError, expand
-from actions.kubernetes import TAINT_KEY, KubernetesDriver
-from actions.policy import Policy, PolicyConfig, RetryBudget, Rules, Scope
-from detectors.events import Anomaly
+from trainguard.actions.audit import AuditLog, compact, query, read_entries
+from trainguard.actions.commands import CommandFailed, CommandRunner
+from trainguard.actions.drivers import DryRunDriver, Inventory, JobInfo, NodeInfo
+from trainguard.actions.executor import ActionExecutor
+from trainguard.actions.hostlist import HostlistError, expand
+from trainguard.actions.kubernetes import TAINT_KEY, KubernetesDriver
+from trainguard.actions.policy import Policy, PolicyConfig, RetryBudget, Rules, Scope
+from trainguard.detectors.events import Anomaly
 
 
 def anomaly(n: int = 1, **kw) -> Anomaly:

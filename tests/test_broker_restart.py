@@ -16,12 +16,12 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from trainguard.dataflows.config import KafkaSettings
+from trainguard.dataflows.kafka_io import create_topics, produce_replay
+from trainguard.dataflows.tansu import free_port, start_tansu, start_trainguard, stop_process, tansu_binary
+from trainguard.datasets import generator
+from trainguard.datasets.scoring import load_labels, score
 
-from dataflows.config import KafkaSettings
-from dataflows.kafka_io import create_topics, produce_replay
-from dataflows.tansu import free_port, start_tansu, start_trainguard, stop_process, tansu_binary
-from datasets import generator
-from datasets.scoring import load_labels, score
 from tests.conftest import replay
 from tests.test_kafka_live import consume_all
 

@@ -9,9 +9,8 @@ much as the patterns: a new signature that shadows an older one fails here.
 from __future__ import annotations
 
 import pytest
-
-from detectors.catalogue import CATALOGUE
-from detectors.signatures import family_of, looks_fatal, match_line
+from trainguard.detectors.catalogue import CATALOGUE
+from trainguard.detectors.signatures import family_of, looks_fatal, match_line
 
 CASES = [
     # GPU lost, in its many wordings

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from detectors.clock import EventClock
-from detectors.events import DeadLetter, GpuSample, JobEvent, LogRecord, ProgressRecord, Tick
-from detectors.routing import DEAD, Router, RouterSettings
+from trainguard.detectors.clock import EventClock
+from trainguard.detectors.events import DeadLetter, GpuSample, JobEvent, LogRecord, ProgressRecord, Tick
+from trainguard.detectors.routing import DEAD, Router, RouterSettings
 
 
 def test_watermark_is_the_slowest_partition_minus_lateness_and_never_goes_back():

@@ -13,14 +13,14 @@ from pathlib import Path
 import msgspec
 import pytest
 from starlette.testclient import TestClient
+from trainguard.actions.audit import AuditLog, read_entries
+from trainguard.actions.drivers import DryRunDriver, Inventory, JobInfo, NodeInfo
+from trainguard.actions.executor import ActionExecutor
+from trainguard.dataflows.config import Settings
+from trainguard.dataflows.console import create_app, sha256_hex
+from trainguard.dataflows.console_data import ConsoleData
+from trainguard.dataflows.passwords import hash_password
 
-from actions.audit import AuditLog, read_entries
-from actions.drivers import DryRunDriver, Inventory, JobInfo, NodeInfo
-from actions.executor import ActionExecutor
-from dataflows.config import Settings
-from dataflows.console import create_app, sha256_hex
-from dataflows.console_data import ConsoleData
-from dataflows.passwords import hash_password
 from tests.conftest import DEMO_DIR, ROOT, replay
 
 ARTIFACTS = ROOT / "test-artifacts"
@@ -72,9 +72,8 @@ def client_for(settings: Settings, audit: Path, driver: DryRunDriver) -> TestCli
 
 def test_scrypt_passwords_are_checked_once_then_remembered_without_keeping_them():
     from starlette.requests import Request
-
-    from dataflows.config import ConsoleUser
-    from dataflows.console import Auth
+    from trainguard.dataflows.config import ConsoleUser
+    from trainguard.dataflows.console import Auth
 
     def request(user: str, password: str) -> Request:
         value = base64.b64encode(f"{user}:{password}".encode())
@@ -195,7 +194,7 @@ def serve(app: object, port: int) -> tuple[threading.Thread, object]:
 
 
 def test_console_in_chromium_feed_updates_live_and_approval_is_audited(browser, tmp_path: Path):
-    from dataflows.tansu import free_port
+    from trainguard.dataflows.tansu import free_port
 
     audit = tmp_path / "audit.jsonl"
     settings = console_settings(audit)
@@ -246,10 +245,9 @@ def test_console_in_chromium_feed_updates_live_and_approval_is_audited(browser, 
 
 def test_console_reads_anomalies_and_live_progress_from_kafka(tansu, tmp_path: Path):
     from confluent_kafka import Producer
-
-    from dataflows.config import KafkaSettings
-    from dataflows.console_kafka import KafkaTail
-    from dataflows.kafka_io import create_topics
+    from trainguard.dataflows.config import KafkaSettings
+    from trainguard.dataflows.console_kafka import KafkaTail
+    from trainguard.dataflows.kafka_io import create_topics
 
     kafka = KafkaSettings(brokers=[tansu.address])
     create_topics(kafka)

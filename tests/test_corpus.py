@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from trainguard.datasets.corpus import CORPUS_DIR, evaluate, score
 
-from datasets.corpus import CORPUS_DIR, evaluate, score
 from tests.conftest import replay
 
 FIXTURES = Path(__file__).parent / "fixtures"

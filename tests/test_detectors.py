@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from detectors.events import GpuSample, JobEvent, LogRecord, ProgressRecord
-from detectors.hang import HangDetector
-from detectors.monitor import JobMonitor, NodeMonitor
-from detectors.progress_parsers import parse_progress
-from detectors.signatures import match_line
+from trainguard.detectors.events import GpuSample, JobEvent, LogRecord, ProgressRecord
+from trainguard.detectors.hang import HangDetector
+from trainguard.detectors.monitor import JobMonitor, NodeMonitor
+from trainguard.detectors.progress_parsers import parse_progress
+from trainguard.detectors.signatures import match_line
 
 TIMEOUT = (
     "[rank{r}]:[E1201 10:21:00.1 ProcessGroupNCCL.cpp:607] [Rank {r}] Watchdog caught collective operation "

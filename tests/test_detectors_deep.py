@@ -6,9 +6,8 @@ import csv
 from pathlib import Path
 
 import pytest
-
-from detectors.events import GpuSample, LogRecord, ProgressRecord
-from detectors.monitor import JobMonitor, NodeMonitor
+from trainguard.detectors.events import GpuSample, LogRecord, ProgressRecord
+from trainguard.detectors.monitor import JobMonitor, NodeMonitor
 
 PAI = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "alibaba-pai2020-minibatch" / "data"
 T0 = 1_796_000_000.0

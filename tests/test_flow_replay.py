@@ -7,9 +7,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from trainguard.datasets.scenario import demo
+from trainguard.detectors.events import MAX_RECORD_BYTES
 
-from datasets.scenario import demo
-from detectors.events import MAX_RECORD_BYTES
 from tests.conftest import DEMO_DIR, RunResult, replay
 
 
@@ -150,7 +150,7 @@ def test_parquet_archive_is_partitioned_and_readable_with_polars(tmp_path: Path)
 
 
 def test_missing_replay_directory_is_one_clear_sentence(tmp_path: Path):
-    from dataflows.replay import ReplayError, ReplaySource
+    from trainguard.dataflows.replay import ReplayError, ReplaySource
 
     with pytest.raises(ReplayError, match=r"holds none of logs.jsonl"):
         ReplaySource(tmp_path)
@@ -160,10 +160,9 @@ def test_missing_replay_directory_is_one_clear_sentence(tmp_path: Path):
 
 def test_two_workers_find_the_same_anomalies(demo_result: RunResult):
     from bytewax._bytewax import cli_main
-
-    from dataflows.config import Settings
-    from dataflows.flow import Outputs, build_flow
-    from dataflows.replay import ReplaySource
+    from trainguard.dataflows.config import Settings
+    from trainguard.dataflows.flow import Outputs, build_flow
+    from trainguard.dataflows.replay import ReplaySource
 
     found: list = []
     cli_main(build_flow(ReplaySource(DEMO_DIR), Settings(), Outputs(on_anomalies=found.extend)), workers_per_process=2)
@@ -189,7 +188,7 @@ def test_topic_folders_and_mixed_formats_replay_in_time_order(tmp_path: Path, de
 
 
 def test_audit_log_records_every_recommendation(tmp_path: Path):
-    from dataflows.config import Settings
+    from trainguard.dataflows.config import Settings
 
     settings = Settings(audit_log=str(tmp_path / "audit.jsonl"))
     result = replay(DEMO_DIR, settings=settings)
@@ -204,7 +203,7 @@ def test_audit_log_records_every_recommendation(tmp_path: Path):
 
 
 def test_replaying_again_with_the_same_audit_log_repeats_nothing(tmp_path: Path):
-    from dataflows.config import Settings
+    from trainguard.dataflows.config import Settings
 
     settings = Settings(audit_log=str(tmp_path / "audit.jsonl"))
     first = replay(DEMO_DIR, settings=settings)

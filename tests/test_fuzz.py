@@ -16,14 +16,13 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from actions.hostlist import HostlistError, expand
-from dataflows.config import ConfigError, ConsoleUser, load_settings
-from dataflows.console import Auth
-from detectors.events import TOPICS, DeadLetter, decode
-from detectors.logprefix import parse_prefix
-from detectors.progress_parsers import parse_nvrx_score, parse_progress
-from detectors.signatures import classify_text, match_line
+from trainguard.actions.hostlist import HostlistError, expand
+from trainguard.dataflows.config import ConfigError, ConsoleUser, load_settings
+from trainguard.dataflows.console import Auth
+from trainguard.detectors.events import TOPICS, DeadLetter, decode
+from trainguard.detectors.logprefix import parse_prefix
+from trainguard.detectors.progress_parsers import parse_nvrx_score, parse_progress
+from trainguard.detectors.signatures import classify_text, match_line
 
 EXAMPLES = 1500
 RAN: Counter[str] = Counter()

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from trainguard.dataflows.cli import app
+from trainguard.datasets.generator import BENIGN, FAULTS, build, stream, write_scenario
+from trainguard.datasets.scoring import load_labels, score
 from typer.testing import CliRunner
 
-from dataflows.cli import app
-from datasets.generator import BENIGN, FAULTS, build, stream, write_scenario
-from datasets.scoring import load_labels, score
 from tests.conftest import replay
 
 runner = CliRunner()
@@ -47,7 +47,7 @@ def test_stream_is_time_ordered_and_follows_the_physics():
     sim = build("default", 2, minutes=20)
     last = defaultdict(float)
     step_times: dict[tuple[str, int], set[float]] = defaultdict(set)
-    from detectors.events import parse_ts
+    from trainguard.detectors.events import parse_ts
 
     for topic, record in stream(sim):
         ts = parse_ts(record["ts"])

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from detectors.events import GpuSample, JobEvent, LogRecord, ProgressRecord
-from detectors.hang import HangDetector, parse_rhythm
-from detectors.monitor import JobMonitor
+from trainguard.detectors.events import GpuSample, JobEvent, LogRecord, ProgressRecord
+from trainguard.detectors.hang import HangDetector, parse_rhythm
+from trainguard.detectors.monitor import JobMonitor
 
 NODES = ["n1", "n2"]
 

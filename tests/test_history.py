@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from detectors.events import Anomaly
-from detectors.history import HistoryAttributor
+from trainguard.detectors.events import Anomaly
+from trainguard.detectors.history import HistoryAttributor
 
 
 def anomaly(

@@ -7,9 +7,8 @@ import math
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from detectors.events import DeadLetter, GpuSample, ProgressRecord, decode
-from detectors.lenient import FIELD_WARNINGS
+from trainguard.detectors.events import DeadLetter, GpuSample, ProgressRecord, decode
+from trainguard.detectors.lenient import FIELD_WARNINGS
 
 GPU_OPTIONAL = (
     "util_pct",

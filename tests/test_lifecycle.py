@@ -7,14 +7,13 @@ from pathlib import Path
 import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from actions.executor import ActionExecutor
-from actions.policy import Policy, PolicyConfig
-from dataflows.action_step import ActionLogic, PolicyLogic
-from dataflows.archive import read_dataset
-from datasets.scoring import score
-from detectors.events import Anomaly, GpuSample, JobEvent, LogRecord, NodeEvent, ProgressRecord
-from detectors.monitor import JobMonitor, NodeMonitor
+from trainguard.actions.executor import ActionExecutor
+from trainguard.actions.policy import Policy, PolicyConfig
+from trainguard.dataflows.action_step import ActionLogic, PolicyLogic
+from trainguard.dataflows.archive import read_dataset
+from trainguard.datasets.scoring import score
+from trainguard.detectors.events import Anomaly, GpuSample, JobEvent, LogRecord, NodeEvent, ProgressRecord
+from trainguard.detectors.monitor import JobMonitor, NodeMonitor
 
 XID79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus."
 
@@ -147,10 +146,11 @@ def test_gpu_samples_keep_flowing_into_a_resolved_job() -> None:
 
 
 def test_state_snapshotted_before_the_lifecycle_still_resumes() -> None:
-    """Monitors, history and policy pickled by the previous release (a --recovery directory)."""
-    import pickle
+    """Monitors, history and policy pickled by the previous release (a --recovery directory),
+    whose modules were ``detectors.*`` and ``actions.*`` before the one import root."""
+    from trainguard.dataflows.snapshots import restore
 
-    state = pickle.loads((Path(__file__).parent / "fixtures" / "state-before-lifecycle.pkl").read_bytes())
+    state = restore((Path(__file__).parent / "fixtures" / "state-before-lifecycle.pkl").read_bytes())
     job = state["job"]
     found = [a for t in range(60, 200, 5) for a in job.advance(float(t))]
     assert [(a.kind, a.category) for a in found] == [("crash", "nccl_timeout")]  # the cascade it held

@@ -7,9 +7,9 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from trainguard.dataflows.logimport import LogImportError, import_log, import_logs
+from trainguard.detectors.logprefix import find_timestamp, parse_prefix
 
-from dataflows.logimport import LogImportError, import_log, import_logs
-from detectors.logprefix import find_timestamp, parse_prefix
 from tests.conftest import replay
 
 

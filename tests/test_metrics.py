@@ -6,9 +6,9 @@ import urllib.error
 import urllib.request
 
 from prometheus_client import REGISTRY
+from trainguard.dataflows import metrics
+from trainguard.dataflows.metrics import MetricsServer
 
-from dataflows import metrics
-from dataflows.metrics import MetricsServer
 from tests.conftest import DEMO_DIR, replay
 
 

@@ -6,12 +6,12 @@ import shutil
 
 import pynvml
 import pytest
+from trainguard.dataflows.cli import app
+from trainguard.dataflows.nvml_collector import GpuCollector, NvmlUnavailable
+from trainguard.detectors.events import GpuSample, LogRecord, decode
+from trainguard.detectors.signatures import match_line
 from typer.testing import CliRunner
 
-from dataflows.cli import app
-from dataflows.nvml_collector import GpuCollector, NvmlUnavailable
-from detectors.events import GpuSample, LogRecord, decode
-from detectors.signatures import match_line
 from tests.nvml_standin import NvmlStandIn
 
 

@@ -7,9 +7,8 @@ from types import SimpleNamespace
 
 import msgspec
 import pytest
-
-from dataflows.probe import HFProgressCallback, ProgressProbe
-from detectors.events import ProgressRecord, decode
+from trainguard.detectors.events import ProgressRecord, decode
+from trainguard.probe import HFProgressCallback, ProgressProbe
 
 
 def test_records_follow_the_contract_and_take_slurm_and_torchrun_defaults(tmp_path, monkeypatch):

@@ -17,11 +17,10 @@ import json
 from pathlib import Path
 
 import pytest
-
-from actions.policy import Policy, PolicyConfig, Rules
-from datasets.bytedance import load_meta, progress_records, rank_steps
-from detectors.events import Anomaly, ProgressRecord
-from detectors.monitor import JobMonitor
+from trainguard.actions.policy import Policy, PolicyConfig, Rules
+from trainguard.datasets.bytedance import load_meta, progress_records, rank_steps
+from trainguard.detectors.events import Anomaly, ProgressRecord
+from trainguard.detectors.monitor import JobMonitor
 
 DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 BYTEDANCE = DATASETS / "bytedance-straggler-whatif"

@@ -14,13 +14,13 @@ import msgspec
 import polars as pl
 import pytest
 import yaml
+from trainguard.actions.audit import read_entries
+from trainguard.dataflows.config import KafkaSettings
+from trainguard.dataflows.kafka_io import create_topics, produce_replay
+from trainguard.dataflows.tansu import start_trainguard
+from trainguard.datasets import generator
+from trainguard.datasets.scoring import load_labels, score
 
-from actions.audit import read_entries
-from dataflows.config import KafkaSettings
-from dataflows.kafka_io import create_topics, produce_replay
-from dataflows.tansu import start_trainguard
-from datasets import generator
-from datasets.scoring import load_labels, score
 from tests.conftest import Broker, replay, stop_process
 from tests.test_kafka_live import consume_all
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import msgspec
 import polars as pl
+from trainguard.actions.audit import read_entries
+from trainguard.datasets.scenario import job_record, log_record
+from trainguard.detectors.crash import MAX_HELD, CrashDetector
+from trainguard.detectors.events import LogRecord
 
-from actions.audit import read_entries
-from datasets.scenario import job_record, log_record
-from detectors.crash import MAX_HELD, CrashDetector
-from detectors.events import LogRecord
 from tests import slurm_scenarios as scenarios
 from tests.conftest import DEMO_DIR, replay
 from tests.slurm_cluster import SlurmCluster

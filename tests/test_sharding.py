@@ -11,17 +11,17 @@ from bytewax._bytewax import cli_main
 from bytewax.dataflow import Dataflow
 from bytewax.inputs import DynamicSource, StatelessSourcePartition
 from bytewax.operators import StatefulBatchLogic
+from trainguard.dataflows.config import Settings
+from trainguard.dataflows.flow import Outputs, build_flow
+from trainguard.dataflows.placement import key_on_worker, worker_of
+from trainguard.dataflows.processes import WorkerProcessError, run_processes
+from trainguard.dataflows.records import Routed
+from trainguard.dataflows.replay import ReplaySource, merged_events
+from trainguard.dataflows.replay_shards import ShardedReplaySource, shard_events
+from trainguard.datasets import generator
+from trainguard.detectors.events import TOPICS, Anomaly, DeadLetter, GpuSample, JobEvent, NodeEvent, ProgressRecord
+from trainguard.detectors.routing import DEAD, Heartbeat, Router, RouterSettings, shard_of
 
-from dataflows.config import Settings
-from dataflows.flow import Outputs, build_flow
-from dataflows.placement import key_on_worker, worker_of
-from dataflows.processes import WorkerProcessError, run_processes
-from dataflows.records import Routed
-from dataflows.replay import ReplaySource, merged_events
-from dataflows.replay_shards import ShardedReplaySource, shard_events
-from datasets import generator
-from detectors.events import TOPICS, Anomaly, DeadLetter, GpuSample, JobEvent, NodeEvent, ProgressRecord
-from detectors.routing import DEAD, Heartbeat, Router, RouterSettings, shard_of
 from tests.conftest import DEMO_DIR, replay, summary
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dataflows.shipper import LogTailer
-from detectors.events import LogRecord, decode
+from trainguard.dataflows.shipper import LogTailer
+from trainguard.detectors.events import LogRecord, decode
 
 
 def lines_of(records: list[dict]) -> list[str]:

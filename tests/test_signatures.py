@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from datasets.corpus import EXCERPTS_PATH as DEFAULT_PATH
-from datasets.corpus import evaluate, score
-from detectors.events import LogRecord
-from detectors.monitor import JobMonitor
-from detectors.signatures import classify_text, family_of, match_line
+from trainguard.datasets.corpus import EXCERPTS_PATH as DEFAULT_PATH
+from trainguard.datasets.corpus import evaluate, score
+from trainguard.detectors.events import LogRecord
+from trainguard.detectors.monitor import JobMonitor
+from trainguard.detectors.signatures import classify_text, family_of, match_line
 
 needs_excerpts = pytest.mark.skipif(
     not DEFAULT_PATH.is_file(),

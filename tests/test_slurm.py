@@ -11,9 +11,9 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from trainguard.actions.audit import read_entries
+from trainguard.dataflows.config import Settings
 
-from actions.audit import read_entries
-from dataflows.config import Settings
 from tests import slurm_scenarios as scenarios
 from tests.conftest import ROOT, replay
 from tests.slurm_cluster import SlurmCluster
@@ -126,7 +126,18 @@ def wrappers(directory: Path, log: Path, stall: str) -> str:
 
 def run_replay(scenario: Path, out: Path, config: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "dataflows", "replay", str(scenario), "--out", str(out), "-c", str(config), "-q"],
+        [
+            sys.executable,
+            "-m",
+            "trainguard.dataflows",
+            "replay",
+            str(scenario),
+            "--out",
+            str(out),
+            "-c",
+            str(config),
+            "-q",
+        ],
         cwd=ROOT,
         start_new_session=True,  # kill -9 the whole group, wrappers included: the machine dies
         stdout=subprocess.DEVNULL,
@@ -193,8 +204,8 @@ def test_injected_names_from_telemetry_never_reach_a_command(slurm: SlurmCluster
 
 
 def test_watch_slurm_reports_job_and_node_changes(slurm: SlurmCluster, tmp_path: Path):
-    from actions.commands import CommandRunner
-    from dataflows.slurm_watcher import SlurmWatcher
+    from trainguard.actions.commands import CommandRunner
+    from trainguard.dataflows.slurm_watcher import SlurmWatcher
 
     watcher = SlurmWatcher(CommandRunner(timeout_s=10, attempts=1))
     first = watcher.poll()
@@ -222,14 +233,13 @@ def test_watch_slurm_reports_job_and_node_changes(slurm: SlurmCluster, tmp_path:
     (ended,) = [r for _, r in watcher.poll() if r["kind"] == "job"]
     assert ended["state"] == "CANCELLED" and ended["nodes"] == ["gpu-node-01", "gpu-node-03"]
 
+    from trainguard.dataflows.cli import app
     from typer.testing import CliRunner
-
-    from dataflows.cli import app
 
     result = CliRunner().invoke(app, ["watch-slurm", "--out", str(tmp_path / "s.jsonl"), "--count", "1"])
     assert result.exit_code == 0, result.output
     lines = (tmp_path / "s.jsonl").read_text().splitlines()
-    from detectors.events import decode
+    from trainguard.detectors.events import decode
 
     decoded = [decode("scheduler", line.encode()) for line in lines]
     assert len(decoded) >= 5 and all(type(d).__name__ in ("JobEvent", "NodeEvent") for d in decoded)

@@ -7,16 +7,15 @@ import pickle
 import string
 from pathlib import Path
 
+from trainguard.dataflows.archive import ParquetArchiveSink
+from trainguard.dataflows.cli import app
+from trainguard.dataflows.cli_templates import TEMPLATE_EVIDENCE, mine_unclassified
+from trainguard.datasets.microbench import FATAL, INFO, MEGATRON
+from trainguard.detectors.events import Anomaly
+from trainguard.detectors.ids import evidence_line
+from trainguard.detectors.signatures import looks_fatal
+from trainguard.detectors.templates import ErrorTemplates, TemplateHit, is_error_level
 from typer.testing import CliRunner
-
-from dataflows.archive import ParquetArchiveSink
-from dataflows.cli import app
-from dataflows.cli_templates import TEMPLATE_EVIDENCE, mine_unclassified
-from datasets.microbench import FATAL, INFO, MEGATRON
-from detectors.events import Anomaly
-from detectors.ids import evidence_line
-from detectors.signatures import looks_fatal
-from detectors.templates import ErrorTemplates, TemplateHit, is_error_level
 
 runner = CliRunner()
 
@@ -261,6 +260,6 @@ def test_an_archive_without_unclassified_anomalies_has_nothing_to_mine(tmp_path:
     _write_archive(tmp_path, [Anomaly(anomaly_id="an-1", detected_at=1796205600.0, kind="hang", category="hang")])
     result = runner.invoke(app, ["templates", str(tmp_path)])
     assert result.exit_code == 0 and "none is unclassified" in result.output
-    from dataflows.archive import read_dataset
+    from trainguard.dataflows.archive import read_dataset
 
     assert mine_unclassified(read_dataset(tmp_path, "anomalies")) == []

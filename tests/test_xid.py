@@ -5,13 +5,12 @@ from __future__ import annotations
 import csv
 
 import pytest
-
-from actions.policy import Policy, PolicyConfig
-from detectors.events import GpuSample, LogRecord
-from detectors.gpu_health import GpuHealth
-from detectors.monitor import JobMonitor, NodeMonitor
-from detectors.signatures import family_of, match_line
-from detectors.xid import CATALOG_PATH, catalog, xid_info
+from trainguard.actions.policy import Policy, PolicyConfig
+from trainguard.detectors.events import GpuSample, LogRecord
+from trainguard.detectors.gpu_health import GpuHealth
+from trainguard.detectors.monitor import JobMonitor, NodeMonitor
+from trainguard.detectors.signatures import family_of, match_line
+from trainguard.detectors.xid import CATALOG_PATH, catalog, xid_info
 
 XID_LOG = "../shared/datasets/nvidia-xid-catalog/dmesg-with-xid-119.log"
 
@@ -92,7 +91,7 @@ def test_a_line_naming_an_earlier_xid_is_blamed_on_that_xid() -> None:
 def test_the_real_gsp_timeout_dump_is_one_anomaly_that_resets_the_gpu() -> None:
     from pathlib import Path
 
-    from dataflows.logimport import import_lines
+    from trainguard.dataflows.logimport import import_lines
 
     path = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "nvidia-xid-catalog" / "dmesg-with-xid-119.log"
     if not path.is_file():

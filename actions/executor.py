@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
+
 from trainguard.actions.audit import AuditLog, read_entries
 from trainguard.actions.breaker import CircuitBreaker
 from trainguard.actions.checks import already_done, invalid_target, mode_for, shows_effect

@@ -37,6 +37,7 @@ from collections import Counter
 from typing import Annotated, Literal
 
 import msgspec
+
 from trainguard.detectors.events import Action, Anomaly
 from trainguard.detectors.ids import action_id
 from trainguard.detectors.xid import NODE_REMEDIES

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 from bytewax.operators import StatefulBatchLogic
+
 from trainguard.actions.audit import AuditLog
 from trainguard.actions.commands import CommandRunner
 from trainguard.actions.drivers import DryRunDriver, SchedulerDriver

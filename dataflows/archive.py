@@ -27,6 +27,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 from bytewax.outputs import FixedPartitionedSink, StatefulSinkPartition
+
 from trainguard.detectors.events import Action, Anomaly, DeadLetter
 from trainguard.detectors.lifecycle import latest_records
 

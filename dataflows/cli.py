@@ -15,6 +15,7 @@ import msgspec
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
 from trainguard.dataflows.archive import flush_open_archives
 from trainguard.dataflows.cli_audit import register as register_audit_command
 from trainguard.dataflows.cli_common import (
@@ -426,6 +427,7 @@ def console_cmd(
 ) -> None:
     """Serve the live dashboard: anomaly feed, job timelines, nodes, audit trail, approvals."""
     import uvicorn
+
     from trainguard.actions.audit import AuditLog
     from trainguard.actions.executor import ActionExecutor
     from trainguard.dataflows.action_step import make_driver
@@ -539,6 +541,7 @@ def ship_logs(
     import socket
 
     from confluent_kafka import Producer
+
     from trainguard.dataflows.shipper import LogTailer
 
     settings = kafka_settings(config, brokers)

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+
 from trainguard.actions.audit import compact, query
 from trainguard.dataflows.cli_common import ConfigOpt, console, fail, settings_from
 

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+
 from trainguard.dataflows.config import ConfigError, Settings, load_settings
 
 # Wide enough for the score tables when output goes to a file or a CI log (Rich assumes 80 there).

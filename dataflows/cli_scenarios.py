@@ -13,6 +13,7 @@ import msgspec
 import typer
 import yaml
 from rich.table import Table
+
 from trainguard.dataflows.cli_common import BrokersOpt, ConfigOpt, brokers_list, console, fail, settings_from
 from trainguard.dataflows.config import ConfigError, Settings
 

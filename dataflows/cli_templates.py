@@ -18,6 +18,7 @@ import polars as pl
 import typer
 from rich.table import Table
 from rich.text import Text
+
 from trainguard.dataflows.archive import read_dataset
 from trainguard.dataflows.cli_common import console, err_console
 

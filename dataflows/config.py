@@ -11,6 +11,7 @@ from typing import Literal
 
 import msgspec
 import yaml
+
 from trainguard.actions.policy import PolicyConfig
 from trainguard.detectors.events import TOPICS
 from trainguard.detectors.routing import RouterSettings

@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+
 from trainguard.actions.executor import ActionExecutor, ApprovalError
 from trainguard.dataflows.config import ConsoleUser, Settings
 from trainguard.dataflows.console_data import ConsoleData

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+
 from trainguard.detectors.events import Action, Anomaly
 from trainguard.detectors.lifecycle import latest_records
 

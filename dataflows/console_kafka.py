@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
+
 from trainguard.dataflows.config import KafkaSettings
 from trainguard.dataflows.console_data import ConsoleData
 from trainguard.detectors.events import Anomaly, ProgressRecord, decode

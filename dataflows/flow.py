@@ -29,6 +29,7 @@ from bytewax.dataflow import Dataflow
 from bytewax.inputs import Source
 from bytewax.operators import StatefulBatchLogic
 from bytewax.outputs import DynamicSink, StatelessSinkPartition
+
 from trainguard.actions.executor import ActionExecutor
 from trainguard.actions.policy import Policy
 from trainguard.dataflows import metrics
@@ -411,6 +412,7 @@ def replay_in_process(
 ) -> tuple[list[Anomaly], list[Action], list[DeadLetter]]:
     """Run the real dataflow over a replay directory in this process and return its outputs."""
     from bytewax.testing import run_main
+
     from trainguard.dataflows.replay import ReplaySource
 
     anomalies: list[Anomaly] = []

@@ -20,6 +20,7 @@ from bytewax.connectors.kafka import (
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+
 from trainguard.dataflows.config import ConfigError, KafkaSettings
 from trainguard.dataflows.records import RawRecord
 from trainguard.dataflows.replay import merged_records
@@ -114,6 +115,7 @@ class LagMonitor:
 
     def _loop(self) -> None:
         from confluent_kafka import TopicPartition
+
         from trainguard.dataflows import metrics
 
         while not self._stop.wait(self._interval_s):

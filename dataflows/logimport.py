@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+
 from trainguard.detectors.logprefix import parse_prefix
 
 _SLURM_OUT = re.compile(r"slurm-(\d+)(?:_\d+)?\.out$")

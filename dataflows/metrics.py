@@ -17,6 +17,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily
+
 from trainguard.detectors.lenient import FIELD_WARNINGS
 from trainguard.detectors.lifecycle import is_false_alarm
 

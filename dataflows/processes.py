@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bytewax.dataflow import Dataflow
+
 from trainguard.dataflows.flow import Outputs
 from trainguard.dataflows.ports import free_ports
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+
 from trainguard.dataflows.config import Settings
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 import pyarrow.parquet as pq
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
+
 from trainguard.dataflows.records import RawRecord, Routed
 from trainguard.detectors.events import TOPICS, DeadLetter, decode, parse_ts
 

@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 
 from bytewax.inputs import DynamicSource, StatelessSourcePartition
+
 from trainguard.dataflows.placement import key_on_worker
 from trainguard.dataflows.records import Routed
 from trainguard.dataflows.replay import REPLAY_CLOCK, _merge, _Paced, _topic_chunks, replay_directory, topic_files

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import polars as pl
 import yaml
+
 from trainguard.detectors.events import ProgressRecord
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "bytedance-straggler-whatif"

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
+
 from trainguard.detectors.events import Action, Anomaly
 from trainguard.detectors.signatures import family_of
 

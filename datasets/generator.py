@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+
 from trainguard.datasets.scenario import (
     BASE_TS,
     GPUS_PER_NODE,

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import msgspec
+
 from trainguard.datasets.scenario import GPUS_PER_NODE, Job, Scenario, gpu_sample, log_record
 from trainguard.detectors.events import parse_ts
 
@@ -60,6 +61,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from confluent_kafka import Consumer, TopicPartition
+
     from trainguard.dataflows.config import KafkaSettings
     from trainguard.dataflows.kafka_io import create_topics, produce_records
     from trainguard.dataflows.tansu import free_port, start_tansu, start_trainguard, stop_process, tansu_binary

@@ -30,6 +30,7 @@ from typing import Any
 
 import msgspec
 import polars as pl
+
 from trainguard.detectors.lifecycle import is_false_alarm, latest_records
 
 # Which anomaly kinds can explain which fault kinds.

@@ -21,6 +21,7 @@ from typing import Any
 
 import msgspec
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
+
 from trainguard.dataflows import metrics
 from trainguard.dataflows.config import Settings
 from trainguard.dataflows.flow import Outputs, build_flow

@@ -23,6 +23,7 @@ import urllib.request
 from pathlib import Path
 
 import msgspec
+
 from trainguard.dataflows.metrics import bucket_quantile
 from trainguard.datasets import generator
 from trainguard.datasets.scenario import BASE_TS
@@ -63,6 +64,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from confluent_kafka import Producer
+
     from trainguard.dataflows.config import KafkaSettings
     from trainguard.dataflows.kafka_io import create_topics
     from trainguard.dataflows.tansu import free_port, start_tansu, start_trainguard, stop_process, tansu_binary

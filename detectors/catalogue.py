@@ -211,6 +211,16 @@ CATALOGUE: tuple[Signature, ...] = (
         transient=False,
     ),
     # --- CUDA ------------------------------------------------------------------------------------------------
+    # Host memory, in words that the GPU-memory signatures below would otherwise claim (Ray's
+    # ``OutOfMemoryError`` is its memory monitor killing a worker) or that no OOM wording has.
+    Signature(
+        "host_memory_exhausted",
+        r"running low on memory|ray\.exceptions\.OutOfMemoryError|std::bad_alloc|MemoryError: Unable to allocate",
+        "host_oom",
+        _SYS,
+        transient=False,
+        anchors=("memory", "bad_alloc", "MemoryError"),
+    ),
     # PyTorch's caching allocator says "Tried to allocate": the job asked for too much.
     Signature(
         "cuda_oom",
@@ -278,7 +288,8 @@ CATALOGUE: tuple[Signature, ...] = (
         r"operation cannot be performed in the present state|PTX JIT compiler library not found|"
         r"peer access is not supported between these two devices|"
         r"CUDA error: operation not supported|cudaErrorNotSupported|CUDA error: CUDA driver version|"
-        r"PTX was compiled with an unsupported toolchain|UNSUPPORTED_PTX_VERSION|cudaErrorUnsupportedPtxVersion",
+        r"PTX was compiled with an unsupported toolchain|UNSUPPORTED_PTX_VERSION|cudaErrorUnsupportedPtxVersion|"
+        r"Loaded runtime CuDNN library: .* but source was compiled with",
         "cuda_environment",
         _SYS,
         transient=False,
@@ -288,7 +299,7 @@ CATALOGUE: tuple[Signature, ...] = (
         r"no kernel image is available for execution|with CUDA capability sm_\d+ is not compatible with the current "
         r"PyTorch installation|invalid device function|cudaErrorNoKernelImageForDevice",
         "cuda_arch_mismatch",
-        _APP,
+        _APP,  # the framework build the job brought: its environment, not the node's
         transient=False,
     ),
     Signature(
@@ -522,6 +533,7 @@ CATALOGUE: tuple[Signature, ...] = (
         r"Force Terminated (?:job|StepId)|terminated with signal SIG\w+|terminated with exit code [1-9]|"
         r"exited on signal \d+|died with <Signals\.SIG\w+|Signal \d+ \(SIG\w+\) received by PID|"
         r"mpirun noticed that process rank|process returned a non-zero exit code|"
+        r"Per user-direction, the job has been aborted|"
         r"exit(?:ed)? (?:with )?(?:code|status) (?:13[4-9]|143)\b|Worker group FAILED|"
         r"[Cc]hild process .*(?:terminated|died|killed)|BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES|"
         r"(?i:exit code)\W{0,3}\(?(?:13[4-9]|143)\)?",
@@ -880,11 +892,15 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "misaligned",
     "mismatch",
     "mlx5",
+    "bad_alloc",
+    "running low on memory",
+    "MemoryError",
     "mpirun",
     "nan",
     "ncclInvalid",
     "non-finite",
     "non-zero exit",
+    "Per user-direction",
     "not responding",
     "not supported",
     "nvlink",

@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 import msgspec
+
 from trainguard.detectors.lenient import FIELD_WARNINGS, coerce, parse_loose
 
 # Records larger than this are refused: a 1 MB "log line" is a producer bug

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import deque
 
 import msgspec
+
 from trainguard.detectors.drift import DriftDetector
 from trainguard.detectors.events import GpuSample
 from trainguard.detectors.findings import Finding, count_recent

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections import deque
 
 import msgspec
+
 from trainguard.detectors.events import Anomaly
 
 FAILURE_KINDS = frozenset({"crash", "hang"})

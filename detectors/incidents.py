@@ -28,6 +28,7 @@ the findings of one scope (a job or an idle node) into anomalies:
 from __future__ import annotations
 
 import msgspec
+
 from trainguard.detectors.attribution import attribute_layer
 from trainguard.detectors.events import Anomaly
 from trainguard.detectors.findings import Finding

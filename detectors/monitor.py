@@ -118,10 +118,11 @@ class JobMonitor:
         parsed = parse_progress(line)
         if parsed is not None:
             found = self._progress(ts, parsed.step, rec.rank, rec.node, parsed.step_time_s, None)
-            if parsed.nonfinite:
-                match = match_line(line)
-                if match is not None:
-                    found += self._emit(self.crash.observe_match(rec, match))
+            # A progress line can carry the fault too: a non-finite loss, or a message printed
+            # after a progress bar without a newline (``23/27 [00:15…]WARNING: non-finite loss``).
+            match = match_line(line)
+            if match is not None:
+                found += self._emit(self.crash.observe_match(rec, match))
             return found
         score = parse_nvrx_score(line)
         if score is not None:

@@ -41,6 +41,7 @@ import zlib
 from typing import Any
 
 import msgspec
+
 from trainguard.detectors.clock import EventClock
 from trainguard.detectors.events import (
     TOPICS,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import msgspec
+
 from trainguard.detectors.gpu_health import GpuHealthSettings
 from trainguard.detectors.history import HistorySettings
 

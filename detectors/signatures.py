@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass, replace
 
 import ahocorasick_rs
+
 from trainguard.detectors.catalogue import (
     CATALOGUE,
     EXIT,

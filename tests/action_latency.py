@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.slurm_cluster import SlurmCluster, start, stop
 from trainguard.actions.commands import CommandRunner
 from trainguard.actions.executor import ActionExecutor
 from trainguard.actions.hostlist import expand
@@ -28,8 +29,6 @@ from trainguard.actions.policy import Policy, PolicyConfig
 from trainguard.actions.slurm import SlurmDriver
 from trainguard.dataflows.action_step import BackgroundExecutor
 from trainguard.detectors.events import Anomaly
-
-from tests.slurm_cluster import SlurmCluster, start, stop
 
 
 def _node_drained(cluster: SlurmCluster, node: str) -> bool:

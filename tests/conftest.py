@@ -8,15 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from tests.slurm_cluster import SlurmCluster, missing_binaries
+from tests.slurm_cluster import start as start_slurm
+from tests.slurm_cluster import stop as stop_slurm
 from trainguard.dataflows.config import Settings
 from trainguard.dataflows.flow import replay_in_process
 from trainguard.dataflows.tansu import Broker, stop_process, tansu_binary
 from trainguard.dataflows.tansu import start_tansu as _start_tansu
 from trainguard.detectors.events import Action, Anomaly, DeadLetter
-
-from tests.slurm_cluster import SlurmCluster, missing_binaries
-from tests.slurm_cluster import start as start_slurm
-from tests.slurm_cluster import stop as stop_slurm
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_DIR = ROOT / "datasets" / "samples" / "demo"

@@ -11,6 +11,7 @@ import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from trainguard.actions.audit import AuditLog, compact, query, read_entries
 from trainguard.actions.commands import CommandFailed, CommandRunner
 from trainguard.actions.drivers import DryRunDriver, Inventory, JobInfo, NodeInfo

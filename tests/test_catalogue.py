@@ -9,6 +9,7 @@ much as the patterns: a new signature that shadows an older one fails here.
 from __future__ import annotations
 
 import pytest
+
 from trainguard.detectors.catalogue import CATALOGUE
 from trainguard.detectors.signatures import family_of, looks_fatal, match_line
 
@@ -213,6 +214,20 @@ CASES = [
     ),
     ("FloatingPointError: Loss became infinite or NaN at iteration=1234!", "nan_loss", "application"),
     ("Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 0.00390625", "nan_loss", "application"),
+    # Host memory in words the GPU-memory signatures would otherwise claim (Ray, C++ allocators)
+    (
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+        "host_oom",
+        "system",
+    ),
+    ("terminate called after throwing an instance of 'std::bad_alloc'", "host_oom", "system"),
+    ("a non-zero exit code. Per user-direction, the job has been aborted.", "process_crash", "system"),
+    (
+        "E1027 15:10:59.012564 3266428 cuda_dnn.cc:456] Loaded runtime CuDNN library: 9.10.1 but source was "
+        "compiled with: 9.13.1.  CuDNN library needs to have matching major version",
+        "cuda_environment",
+        "system",
+    ),
 ]
 
 

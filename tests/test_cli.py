@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
+from typer.testing import CliRunner
+
 from trainguard.dataflows.archive import read_dataset
 from trainguard.dataflows.cli import app
 from trainguard.dataflows.config import load_settings
-from typer.testing import CliRunner
 
 runner = CliRunner()
 

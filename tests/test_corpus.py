@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from trainguard.datasets.corpus import CORPUS_DIR, evaluate, score
 
 from tests.conftest import replay
+from trainguard.datasets.corpus import CORPUS_DIR, evaluate, score
 
 FIXTURES = Path(__file__).parent / "fixtures"
 needs_corpus = pytest.mark.skipif(
@@ -31,7 +31,7 @@ def test_corpus_parts_hold_their_measured_accuracy(part: str, fault_vs_normal: f
     assert s.normal_silent >= 0.95, s  # healthy progress and look-alikes raise nothing
 
 
-@pytest.mark.parametrize("name", ["extra-real-logs.jsonl"])
+@pytest.mark.parametrize("name", ["extra-real-logs.jsonl", "extra-real-logs-3b.jsonl"])
 def test_more_real_excerpts_from_other_threads(name: str) -> None:
     s = score(evaluate(FIXTURES / name))
     assert s.fault_vs_normal >= 0.95 and s.normal_silent >= 0.95, s

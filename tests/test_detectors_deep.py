@@ -6,6 +6,7 @@ import csv
 from pathlib import Path
 
 import pytest
+
 from trainguard.detectors.events import GpuSample, LogRecord, ProgressRecord
 from trainguard.detectors.monitor import JobMonitor, NodeMonitor
 

@@ -6,6 +6,7 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from trainguard.detectors.events import (
     MAX_RECORD_BYTES,
     DeadLetter,

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from trainguard.datasets.scenario import demo
-from trainguard.detectors.events import MAX_RECORD_BYTES
 
 from tests.conftest import DEMO_DIR, RunResult, replay
+from trainguard.datasets.scenario import demo
+from trainguard.detectors.events import MAX_RECORD_BYTES
 
 
 def test_demo_finds_the_three_faults_and_localises_them(demo_result: RunResult):
@@ -160,6 +160,7 @@ def test_missing_replay_directory_is_one_clear_sentence(tmp_path: Path):
 
 def test_two_workers_find_the_same_anomalies(demo_result: RunResult):
     from bytewax._bytewax import cli_main
+
     from trainguard.dataflows.config import Settings
     from trainguard.dataflows.flow import Outputs, build_flow
     from trainguard.dataflows.replay import ReplaySource

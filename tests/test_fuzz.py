@@ -16,6 +16,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from trainguard.actions.hostlist import HostlistError, expand
 from trainguard.dataflows.config import ConfigError, ConsoleUser, load_settings
 from trainguard.dataflows.console import Auth

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from trainguard.dataflows.cli import app
-from trainguard.datasets.generator import BENIGN, FAULTS, build, stream, write_scenario
-from trainguard.datasets.scoring import load_labels, score
 from typer.testing import CliRunner
 
 from tests.conftest import replay
+from trainguard.dataflows.cli import app
+from trainguard.datasets.generator import BENIGN, FAULTS, build, stream, write_scenario
+from trainguard.datasets.scoring import load_labels, score
 
 runner = CliRunner()
 

@@ -11,14 +11,14 @@ import urllib.request
 import msgspec
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+
+from tests.conftest import DEMO_DIR, Broker, replay, stop_process, summary
 from trainguard.dataflows.archive import read_dataset
 from trainguard.dataflows.config import KafkaSettings
 from trainguard.dataflows.kafka_io import create_topics, produce_replay
 from trainguard.dataflows.ports import free_ports
 from trainguard.dataflows.tansu import free_port, start_trainguard
 from trainguard.detectors.events import Anomaly
-
-from tests.conftest import DEMO_DIR, Broker, replay, stop_process, summary
 
 pytestmark = pytest.mark.kafka
 
@@ -98,8 +98,9 @@ def test_live_kafka_run_matches_replay(tansu: Broker, tmp_path):
 
 
 def test_generate_publishes_a_scenario_straight_to_kafka(tansu: Broker, tmp_path):
-    from trainguard.dataflows.cli import app
     from typer.testing import CliRunner
+
+    from trainguard.dataflows.cli import app
 
     result = CliRunner().invoke(
         app,
@@ -125,8 +126,9 @@ def test_generate_publishes_a_scenario_straight_to_kafka(tansu: Broker, tmp_path
 
 
 def test_ship_logs_delivers_each_line_once_across_restarts(tansu: Broker, tmp_path):
-    from trainguard.dataflows.cli import app
     from typer.testing import CliRunner
+
+    from trainguard.dataflows.cli import app
 
     create_topics(KafkaSettings(brokers=[tansu.address]))
     log = tmp_path / "slurm-77.out"

@@ -7,6 +7,7 @@ import math
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from trainguard.detectors.events import DeadLetter, GpuSample, ProgressRecord, decode
 from trainguard.detectors.lenient import FIELD_WARNINGS
 

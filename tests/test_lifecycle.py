@@ -7,6 +7,7 @@ from pathlib import Path
 import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from trainguard.actions.executor import ActionExecutor
 from trainguard.actions.policy import Policy, PolicyConfig
 from trainguard.dataflows.action_step import ActionLogic, PolicyLogic

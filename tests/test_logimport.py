@@ -7,10 +7,10 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from trainguard.dataflows.logimport import LogImportError, import_log, import_logs
-from trainguard.detectors.logprefix import find_timestamp, parse_prefix
 
 from tests.conftest import replay
+from trainguard.dataflows.logimport import LogImportError, import_log, import_logs
+from trainguard.detectors.logprefix import find_timestamp, parse_prefix
 
 
 @pytest.mark.parametrize(

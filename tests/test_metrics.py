@@ -6,10 +6,10 @@ import urllib.error
 import urllib.request
 
 from prometheus_client import REGISTRY
-from trainguard.dataflows import metrics
-from trainguard.dataflows.metrics import MetricsServer
 
 from tests.conftest import DEMO_DIR, replay
+from trainguard.dataflows import metrics
+from trainguard.dataflows.metrics import MetricsServer
 
 
 def value(name: str, **labels: str) -> float:

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 
 import numpy as np
 import pytest
+
 from trainguard.datasets.nab import (
     NAB_DIR,
     DataFile,

@@ -6,13 +6,13 @@ import shutil
 
 import pynvml
 import pytest
+from typer.testing import CliRunner
+
+from tests.nvml_standin import NvmlStandIn
 from trainguard.dataflows.cli import app
 from trainguard.dataflows.nvml_collector import GpuCollector, NvmlUnavailable
 from trainguard.detectors.events import GpuSample, LogRecord, decode
 from trainguard.detectors.signatures import match_line
-from typer.testing import CliRunner
-
-from tests.nvml_standin import NvmlStandIn
 
 
 def test_samples_follow_the_wire_contract_and_unsupported_fields_are_null():

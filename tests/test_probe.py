@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import msgspec
 import pytest
+
 from trainguard.detectors.events import ProgressRecord, decode
 from trainguard.probe import HFProgressCallback, ProgressProbe
 

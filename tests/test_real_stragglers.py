@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from trainguard.actions.policy import Policy, PolicyConfig, Rules
 from trainguard.datasets.bytedance import load_meta, progress_records, rank_steps
 from trainguard.detectors.events import Anomaly, ProgressRecord

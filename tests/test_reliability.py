@@ -8,15 +8,15 @@ from pathlib import Path
 
 import msgspec
 import polars as pl
-from trainguard.actions.audit import read_entries
-from trainguard.datasets.scenario import job_record, log_record
-from trainguard.detectors.crash import MAX_HELD, CrashDetector
-from trainguard.detectors.events import LogRecord
 
 from tests import slurm_scenarios as scenarios
 from tests.conftest import DEMO_DIR, replay
 from tests.slurm_cluster import SlurmCluster
 from tests.test_slurm import settings as slurm_settings
+from trainguard.actions.audit import read_entries
+from trainguard.datasets.scenario import job_record, log_record
+from trainguard.detectors.crash import MAX_HELD, CrashDetector
+from trainguard.detectors.events import LogRecord
 
 NCCL = (
     "[rank{r}]:[E1201 10:21:00.123456 ProcessGroupNCCL.cpp:607] [Rank {r}] Watchdog caught collective operation "

@@ -11,6 +11,8 @@ from bytewax._bytewax import cli_main
 from bytewax.dataflow import Dataflow
 from bytewax.inputs import DynamicSource, StatelessSourcePartition
 from bytewax.operators import StatefulBatchLogic
+
+from tests.conftest import DEMO_DIR, replay, summary
 from trainguard.dataflows.config import Settings
 from trainguard.dataflows.flow import Outputs, build_flow
 from trainguard.dataflows.placement import key_on_worker, worker_of
@@ -21,8 +23,6 @@ from trainguard.dataflows.replay_shards import ShardedReplaySource, shard_events
 from trainguard.datasets import generator
 from trainguard.detectors.events import TOPICS, Anomaly, DeadLetter, GpuSample, JobEvent, NodeEvent, ProgressRecord
 from trainguard.detectors.routing import DEAD, Heartbeat, Router, RouterSettings, shard_of
-
-from tests.conftest import DEMO_DIR, replay, summary
 
 
 def sharded(shards: int) -> Settings:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from trainguard.datasets.corpus import EXCERPTS_PATH as DEFAULT_PATH
 from trainguard.datasets.corpus import evaluate, score
 from trainguard.detectors.events import LogRecord

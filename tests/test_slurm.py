@@ -11,12 +11,12 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from trainguard.actions.audit import read_entries
-from trainguard.dataflows.config import Settings
 
 from tests import slurm_scenarios as scenarios
 from tests.conftest import ROOT, replay
 from tests.slurm_cluster import SlurmCluster
+from trainguard.actions.audit import read_entries
+from trainguard.dataflows.config import Settings
 
 
 def settings(tmp_path: Path, mode: str = "enforce", bin_dir: str | None = None) -> Settings:
@@ -233,8 +233,9 @@ def test_watch_slurm_reports_job_and_node_changes(slurm: SlurmCluster, tmp_path:
     (ended,) = [r for _, r in watcher.poll() if r["kind"] == "job"]
     assert ended["state"] == "CANCELLED" and ended["nodes"] == ["gpu-node-01", "gpu-node-03"]
 
-    from trainguard.dataflows.cli import app
     from typer.testing import CliRunner
+
+    from trainguard.dataflows.cli import app
 
     result = CliRunner().invoke(app, ["watch-slurm", "--out", str(tmp_path / "s.jsonl"), "--count", "1"])
     assert result.exit_code == 0, result.output

@@ -7,6 +7,8 @@ import pickle
 import string
 from pathlib import Path
 
+from typer.testing import CliRunner
+
 from trainguard.dataflows.archive import ParquetArchiveSink
 from trainguard.dataflows.cli import app
 from trainguard.dataflows.cli_templates import TEMPLATE_EVIDENCE, mine_unclassified
@@ -15,7 +17,6 @@ from trainguard.detectors.events import Anomaly
 from trainguard.detectors.ids import evidence_line
 from trainguard.detectors.signatures import looks_fatal
 from trainguard.detectors.templates import ErrorTemplates, TemplateHit, is_error_level
-from typer.testing import CliRunner
 
 runner = CliRunner()
 

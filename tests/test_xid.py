@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 
 import pytest
+
 from trainguard.actions.policy import Policy, PolicyConfig
 from trainguard.detectors.events import GpuSample, LogRecord
 from trainguard.detectors.gpu_health import GpuHealth

@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -578,15 +579,53 @@ def import_logs_cmd(
     files: Annotated[list[Path], typer.Argument(help="Plain-text log files, e.g. slurm-1234.out.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Replay directory to write logs.jsonl into.")],
     job: Annotated[str | None, typer.Option(help="Job id (default: from slurm-<job>.out names).")] = None,
-    node: Annotated[str, typer.Option(help="Node the logs came from.")] = "unknown",
-    year: Annotated[int | None, typer.Option(help="Year for glog/syslog stamps (default: file's mtime).")] = None,
+    node: Annotated[
+        str | None, typer.Option(help="Node the logs came from (default: the one the log names, else 'unknown').")
+    ] = None,
+    year: Annotated[
+        int | None,
+        typer.Option(help="Year for glog/syslog stamps (default: from the log's full stamps, else the file's mtime)."),
+    ] = None,
+    start: Annotated[
+        str | None,
+        typer.Option(help="Stamp the lines in order from this time (ISO-8601 or epoch seconds), ignoring theirs."),
+    ] = None,
+    interval: Annotated[float, typer.Option(help="Seconds between lines with --start.")] = 1.0,
 ) -> None:
     """Turn raw training logs into a replay directory's logs.jsonl."""
+    if interval <= 0:
+        raise fail(f"--interval must be a positive number of seconds, not {interval:g}.")
+    warnings: list[str] = []
     try:
-        path, count = import_logs(files, out, job_id=job, node=node, year=year)
+        path, count = import_logs(
+            files,
+            out,
+            job_id=job,
+            node=node,
+            year=year,
+            start=None if start is None else _parse_start(start),
+            interval=interval,
+            warnings=warnings,
+        )
     except LogImportError as exc:
         raise fail(str(exc)) from None
+    except OSError as exc:
+        raise fail(f"cannot write {out}: {exc.strerror or exc}.") from None
+    for warning in warnings:
+        err_console.print(f"warning: {warning}", soft_wrap=True)
     console.print(f"wrote {count} log records to {path}")
+
+
+def _parse_start(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        stamp = datetime.fromisoformat(text)
+    except ValueError:
+        raise fail(f"--start {text!r} is neither ISO-8601 (2024-07-31T23:14:18Z) nor epoch seconds.") from None
+    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
 
 
 def main() -> None:

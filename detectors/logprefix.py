@@ -27,6 +27,7 @@ class Prefixed(NamedTuple):
     ts: float | None
     rank: int | None
     text: str  # the line without the srun rank prefix
+    has_year: bool = True  # False: a glog/syslog stamp, given the year passed in
 
 
 _SRUN = re.compile(r"^\s*(\d{1,6}): ")
@@ -54,6 +55,19 @@ def _stamp(year: int, month: int, day: int, h: int, mi: int, s: int, frac: float
 
 def find_timestamp(text: str, year: int) -> float | None:
     """Epoch seconds of the first timestamp in ``text``, or ``None``."""
+    found = find_stamp(text, year)
+    return None if found is None else found[0]
+
+
+def find_stamp(text: str, year: int) -> tuple[float, bool] | None:
+    """Epoch seconds of the first timestamp in ``text`` and whether it carries its own year
+    (glog and syslog stamps do not: they get ``year``).
+
+    >>> find_stamp("[E1218 20:27:21.426 ProcessGroupNCCL.cpp:607]", 2024)
+    (1734553641.426, False)
+    >>> find_stamp("[Wed Jul 31 23:14:18 2024] NVRM: Xid", 1999)
+    (1722467658.0, True)
+    """
     head = text[:160]
     m = _ISO.search(head)
     if m:
@@ -62,17 +76,19 @@ def find_timestamp(text: str, year: int) -> float | None:
             dt = datetime.fromisoformat(f"{m[1]}T{m[2]}{zone}")
         except ValueError:
             return None
-        return round(dt.timestamp() + _frac(m[3]), 6)
+        return round(dt.timestamp() + _frac(m[3]), 6), True
     m = _DMESG_T.search(head)
     if m and m[1] in _MONTHS:
-        return _stamp(int(m[6]), _MONTHS[m[1]], int(m[2]), int(m[3]), int(m[4]), int(m[5]), 0.0)
+        ts = _stamp(int(m[6]), _MONTHS[m[1]], int(m[2]), int(m[3]), int(m[4]), int(m[5]), 0.0)
+        return None if ts is None else (ts, True)
     m = _GLOG.search(head)
     if m:
         ts = _stamp(year, int(m[1]), int(m[2]), int(m[3]), int(m[4]), int(m[5]), _frac(m[6]))
-        return None if ts is None else round(ts, 6)
+        return None if ts is None else (round(ts, 6), False)
     m = _SYSLOG.search(head)
     if m and m[1] in _MONTHS:
-        return _stamp(year, _MONTHS[m[1]], int(m[2]), int(m[3]), int(m[4]), int(m[5]), 0.0)
+        ts = _stamp(year, _MONTHS[m[1]], int(m[2]), int(m[3]), int(m[4]), int(m[5]), 0.0)
+        return None if ts is None else (ts, False)
     return None
 
 
@@ -87,4 +103,5 @@ def parse_prefix(line: str, year: int | None = None) -> Prefixed:
         r = _RANK.search(line[:40])
         if r:
             rank = int(r[1])
-    return Prefixed(find_timestamp(line, year or datetime.now(UTC).year), rank, line)
+    found = find_stamp(line, year or datetime.now(UTC).year)
+    return Prefixed(None, rank, line) if found is None else Prefixed(found[0], rank, line, found[1])

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from tests.conftest import replay
-from trainguard.dataflows.logimport import LogImportError, import_log, import_logs
+from trainguard.dataflows.cli import app
+from trainguard.dataflows.logimport import LogImportError, detect_node, import_lines, import_log, import_logs
 from trainguard.detectors.logprefix import find_timestamp, parse_prefix
 
 
@@ -70,3 +72,61 @@ def test_file_without_timestamps_is_refused_with_one_sentence(tmp_path: Path):
         list(import_log(path))
     with pytest.raises(LogImportError, match="does not exist"):
         list(import_log(tmp_path / "missing.out"))
+
+
+MIXED_YEARS = (
+    "[2024-07-31 23:14:10,100] [INFO] [megatron] iteration 100/ 1000 | elapsed time per iteration (ms): 1000.0\n"
+    "[rank3]:[E731 23:14:12.5 ProcessGroupNCCL.cpp:607] [Rank 3] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=9, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600013 milliseconds before timing out.\n"
+    "[Wed Jul 31 23:14:18 2024] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"
+)
+
+
+def test_yearless_stamps_take_the_year_of_the_logs_full_stamps(tmp_path: Path) -> None:
+    """A 2024 log written today: its glog lines belong to 2024, not to the file's year."""
+    path = tmp_path / "slurm-9.out"
+    path.write_text(MIXED_YEARS)  # mtime: now (2026)
+    warnings: list[str] = []
+    records = list(import_log(path, warnings=warnings))
+    years = [datetime.fromtimestamp(r["ts"], UTC).year for r in records]
+    assert years == [2024, 2024, 2024] and [r["ts"] for r in records] == sorted(r["ts"] for r in records)
+    # --year still overrides, and a year that puts lines far from their neighbours is pointed out.
+    assert datetime.fromtimestamp(next(import_log(path, year=2023))["ts"], UTC).year == 2024  # full stamps keep theirs
+    far = tmp_path / "far.log"
+    far.write_text("2024-07-31T23:14:10Z step 1\n[E0201 10:00:00.1 x.cpp:1] boom\n")
+    warnings = []
+    list(import_log(far, warnings=warnings))
+    assert any("more than a day" in w for w in warnings)
+
+
+def test_a_year_boundary_is_crossed_the_right_way() -> None:
+    recs = import_lines(["2024-12-31T23:59:58Z step 1", "[E0101 00:00:01.0 x.cpp:1] boom"], fallback_year=2026)
+    assert recs[1]["ts"] - recs[0]["ts"] == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "    host      : gpu-node-07",
+        "SLURMD_NODENAME=gpu-node-07",
+        "Dec  2 11:38:46 gpu-node-07 kernel: [ 1.0] NVRM: Xid (PCI:0000:3b:00): 79",
+        "2024-12-02T11:38:46+0000 gpu-node-07 kernel: NVRM: Xid (PCI:0000:3b:00): 79",
+    ],
+)
+def test_the_node_is_taken_from_the_log_when_it_names_it(line: str) -> None:
+    assert detect_node(["step 1", line]) == "gpu-node-07"
+
+
+def test_import_logs_cli_names_the_node_and_stamps_a_log_without_time(tmp_path: Path) -> None:
+    runner = CliRunner()
+    (tmp_path / "slurm-3.out").write_text(MIXED_YEARS + "    host      : gpu-node-07\n")
+    done = runner.invoke(app, ["import-logs", str(tmp_path / "slurm-3.out"), "--out", str(tmp_path / "a")])
+    assert done.exit_code == 0, done.output
+    result = replay(tmp_path / "a")
+    assert {n for a in result.anomalies for n in a.nodes} == {"gpu-node-07"}  # not "drain_node unknown"
+    (tmp_path / "plain.log").write_text("step 1\nstep 2\nSegmentation fault (core dumped)\n")
+    args = ["import-logs", str(tmp_path / "plain.log"), "--out", str(tmp_path / "b"), "--node", "n1"]
+    done = runner.invoke(app, [*args, "--start", "2024-07-31T00:00:00Z", "--interval", "2"])
+    assert done.exit_code == 0, done.output
+    stamps = [json.loads(line)["ts"] for line in (tmp_path / "b" / "logs.jsonl").read_text().splitlines()]
+    assert stamps == [1722384000.0, 1722384002.0, 1722384004.0]

@@ -127,11 +127,20 @@ class ActionExecutor:
                     anomaly, action, "recommended", f"{action.reason}; no scheduler driver configured", (), mode
                 )
             return self._finish(anomaly, action, "recommended", action.reason, (), mode)
+        if not self.config.may_enforce:
+            # Monitor mode everywhere: a recommendation needs nothing from the scheduler.
+            return self._finish(anomaly, action, "recommended", action.reason, (), "monitor")
         try:
             inventory = self.inventory()
         except CommandFailed as exc:
+            # Which scope covers the action may depend on partitions we cannot read now; a
+            # recommendation is still published, saying what could not be checked.
+            mode = mode_for(self.config, action, anomaly, None)
+            if mode == "monitor":
+                reason = f"{action.reason}; scheduler inventory not checked: {exc}"
+                return self._finish(anomaly, action, "recommended", reason, exc.attempts, mode)
             return self._finish(
-                anomaly, action, "failed", f"cannot read the scheduler inventory: {exc}", exc.attempts, self.config.mode
+                anomaly, action, "failed", f"cannot read the scheduler inventory: {exc}", exc.attempts, mode
             )
         mode = mode_for(self.config, action, anomaly, inventory)
         if mode == "monitor":

@@ -87,6 +87,11 @@ class PolicyConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             if scope.partition is None and scope.job is None:
                 raise ValueError(f"policy.scopes[{i}] names neither a partition nor a job pattern")
 
+    @property
+    def may_enforce(self) -> bool:
+        """Whether any action could be enforced (the cluster's mode or any scope's is ``enforce``)."""
+        return self.mode == "enforce" or any(scope.mode == "enforce" for scope in self.scopes)
+
 
 _RESTARTABLE_KINDS = ("crash", "hang", "gpu_degraded")
 

@@ -111,6 +111,38 @@ def test_monitor_mode_changes_nothing_and_says_so(tmp_path: Path):
     assert [e["event"] for e in read_entries(tmp_path / "audit.jsonl")] == ["recommended", "recommended"]
 
 
+class _NoScheduler(DryRunDriver):
+    """A driver whose scheduler cannot be reached (no ``sinfo`` on this host)."""
+
+    def inventory(self) -> Inventory:
+        raise CommandFailed("sinfo: command not found", ())
+
+
+def test_monitor_mode_recommends_without_a_reachable_scheduler(tmp_path: Path):
+    ex = ActionExecutor(PolicyConfig(), _NoScheduler(inventory()), AuditLog(tmp_path / "audit.jsonl"))
+    done = [ex.execute(anomaly(1), x) for x in Policy(PolicyConfig()).decide(anomaly(1))]
+    assert [(a.action, a.status, a.mode) for a in done] == [
+        ("drain_node", "recommended", "monitor"),
+        ("requeue_job", "recommended", "monitor"),
+    ]
+    # Enforce only for a partition it cannot look up now: the rest is still recommended, and says
+    # that the scheduler's inventory was not checked.
+    config = msgspec.convert({"scopes": [{"partition": "canary", "mode": "enforce"}]}, PolicyConfig)
+    ex = ActionExecutor(config, _NoScheduler(inventory()))
+    done = [ex.execute(anomaly(2), x) for x in Policy(config).decide(anomaly(2))]
+    assert {a.status for a in done} == {"recommended"}
+    assert all("scheduler inventory not checked: sinfo: command not found" in a.reason for a in done)
+    # Enforcing needs the inventory: that is what fails, with the reason.
+    config = PolicyConfig(mode="enforce")
+    done = [
+        ActionExecutor(config, _NoScheduler(inventory())).execute(anomaly(3), x)
+        for x in Policy(config).decide(anomaly(3))
+    ]
+    assert {a.status for a in done} == {"failed"} and all(
+        "cannot read the scheduler inventory" in a.reason for a in done
+    )
+
+
 def test_modes_per_scope_canary_partition_first():
     config = msgspec.convert(
         {"scopes": [{"partition": "canary", "mode": "enforce"}], "breaker": {"max_partition_fraction": 1.0}},

@@ -20,6 +20,7 @@ from rich.table import Table
 from trainguard.dataflows.archive import flush_open_archives
 from trainguard.dataflows.cli_audit import register as register_audit_command
 from trainguard.dataflows.cli_common import (
+    DEMO_DIR,
     BrokersOpt,
     ConfigOpt,
     ProcessesOpt,
@@ -31,6 +32,7 @@ from trainguard.dataflows.cli_common import (
     kafka_settings,
     publishing_settings,
     settings_from,
+    writable_dir,
 )
 from trainguard.dataflows.cli_scenarios import register as register_scenario_commands
 from trainguard.dataflows.cli_templates import register as register_templates_command
@@ -48,7 +50,24 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Streaming anomaly detection and recovery actions for GPU training jobs.",
 )
-DEMO_DIR = Path(__file__).resolve().parent.parent / "datasets" / "samples" / "demo"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"trainguard {version('trainguard')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool | None,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = None,
+) -> None:
+    """Streaming anomaly detection and recovery actions for GPU training jobs."""
 
 
 class RunReport:
@@ -171,6 +190,8 @@ def _replay(
     settings = settings_from(config)
     if processes > 1 and workers > 1:
         raise fail("use --processes or --workers, not both: a worker process runs one worker.")
+    if out is not None:
+        writable_dir(out)
     try:
         source = ReplaySource(directory, speed=speed) if processes == 1 else ShardedReplaySource(directory, speed)
         total = count_records(directory)
@@ -225,6 +246,7 @@ def demo(
     out: Annotated[Path, typer.Option("--out", "-o", help="Archive directory.")] = Path("trainguard-out/demo"),
 ) -> None:
     """Replay the bundled scenario (a crash, a hang, a straggler, a failing idle GPU) with no broker needed."""
+    writable_dir(out)
     console.print(f"Replaying the bundled scenario from {DEMO_DIR} …")
     report = _replay(DEMO_DIR, out, None, None, 1, quiet=False)
     report.print_summary(out)

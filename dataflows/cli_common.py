@@ -40,6 +40,22 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
+# The bundled scenario (package data of trainguard.datasets).
+DEMO_DIR = Path(__file__).resolve().parent.parent / "datasets" / "samples" / "demo"
+
+
+def writable_dir(path: Path, option: str = "--out") -> Path:
+    """``path``, created if needed; one sentence when it cannot be written."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".trainguard-write-check"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise fail(f"cannot write to {path} ({exc.strerror or exc}); pass {option} a writable directory.") from None
+    return path
+
+
 def settings_from(config: Path | None) -> Settings:
     try:
         return load_settings(config)
@@ -58,7 +74,23 @@ def kafka_settings(config: Path | None, brokers: str) -> Settings:
         settings.kafka.brokers = brokers_list(brokers)
     if not settings.kafka.brokers:
         raise fail("no Kafka brokers given; pass --brokers HOST:PORT or set TRAINGUARD_BROKERS.")
+    _require_reachable(settings)
     return settings
+
+
+def _require_reachable(settings: Settings, timeout_s: float = 5.0) -> None:
+    """One line when the brokers cannot be reached, instead of librdkafka's retry log."""
+    from confluent_kafka.admin import AdminClient
+
+    # log_level 0: this probe stays quiet; the real clients created afterwards log as configured.
+    admin = AdminClient({"bootstrap.servers": ",".join(settings.kafka.brokers), **settings.kafka.extra, "log_level": 0})
+    try:
+        admin.list_topics(timeout=timeout_s)
+    except Exception as exc:  # confluent-kafka raises KafkaException wrapping a KafkaError
+        raise fail(
+            f"cannot reach the Kafka brokers at {','.join(settings.kafka.brokers)} within {timeout_s:g} s ({exc}); "
+            "check --brokers / TRAINGUARD_BROKERS."
+        ) from None
 
 
 def publishing_settings(config: Path | None, brokers: str, out: Path | None) -> Settings:
@@ -68,4 +100,6 @@ def publishing_settings(config: Path | None, brokers: str, out: Path | None) -> 
         settings.kafka.brokers = brokers_list(brokers)
     if out is None and not settings.kafka.brokers:
         raise fail("give --brokers HOST:PORT (or TRAINGUARD_BROKERS) to publish, or --out FILE to write JSON Lines.")
+    if out is None:
+        _require_reachable(settings)
     return settings

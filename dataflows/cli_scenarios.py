@@ -14,7 +14,15 @@ import typer
 import yaml
 from rich.table import Table
 
-from trainguard.dataflows.cli_common import BrokersOpt, ConfigOpt, brokers_list, console, fail, settings_from
+from trainguard.dataflows.cli_common import (
+    DEMO_DIR,
+    BrokersOpt,
+    ConfigOpt,
+    brokers_list,
+    console,
+    fail,
+    settings_from,
+)
 from trainguard.dataflows.config import ConfigError, Settings
 
 PRESETS = ("demo", "default", "llama3", "scale", "adversarial")
@@ -129,7 +137,7 @@ def print_report(report: dict[str, Any]) -> None:
 
 def score(
     labels: Annotated[Path, typer.Option(help="labels.jsonl of the scenario.")],
-    anomalies: Annotated[Path, typer.Option(help="The archive's anomalies/ directory.")],
+    anomalies: Annotated[Path, typer.Option(help="The archive (a replay's --out) or its anomalies/ directory.")],
     actions: Annotated[Path | None, typer.Option(help="The archive's actions/ directory.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
@@ -139,6 +147,10 @@ def score(
 
     if not labels.is_file():
         raise fail(f"labels file {labels} does not exist; pass the labels.jsonl that generate wrote.")
+    if (anomalies / "anomalies").is_dir():  # the archive root: its anomalies/ (and actions/) inside
+        if actions is None and (anomalies / "actions").is_dir():
+            actions = anomalies / "actions"
+        anomalies = anomalies / "anomalies"
     if not anomalies.is_dir():
         raise fail(f"anomalies directory {anomalies} does not exist; pass OUT/anomalies from a replay.")
     if actions is not None and not actions.is_dir():
@@ -258,6 +270,10 @@ def prepare_scenarios(
     from trainguard.datasets import generator
     from trainguard.datasets.scoring import load_labels
 
+    if preset == "demo":  # one fixed, bundled scenario: the seeds do not apply
+        return [(DEMO_DIR, load_labels(DEMO_DIR / "labels.jsonl"))]
+    if preset not in PRESETS:
+        raise fail(f"unknown preset {preset!r}; the presets are: {', '.join(PRESETS)}.")
     scenarios = []
     for seed in seeds:
         directory = work / f"{preset}-{seed}" if minutes is None else work / f"{preset}-{seed}-{minutes:g}min"
@@ -298,8 +314,6 @@ def evaluate(
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError:
         raise fail(f"--seeds must be comma-separated integers, not {seeds!r}.") from None
-    if preset not in PRESETS[1:]:
-        raise fail(f"unknown preset {preset!r}; the presets are: {', '.join(PRESETS[1:])}.")
     report = evaluate_settings(settings_from(config), prepare_scenarios(preset, seed_list, work, minutes))
     if as_json:
         typer.echo(json.dumps(report, indent=2, default=str))

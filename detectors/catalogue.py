@@ -316,7 +316,20 @@ CATALOGUE: tuple[Signature, ...] = (
     ),
     # --- Network: InfiniBand / RoCE / EFA -------------------------------------------------------------------
     Signature(
-        "ib_retry_exceeded", r"[Tt]ransport retry count exceeded|retry exceeded error", "ib_link", _HW, transient=True
+        "ib_retry_exceeded",
+        r"[Tt]ransport retry count(?:er)? exceeded|retry exceeded error",
+        "ib_link",
+        _HW,
+        transient=True,
+    ),
+    # UCX failing to set up its RDMA resources (locked-memory limits, a missing device): configuration.
+    Signature(
+        "ucx_setup_failure",
+        r"UCX\s+ERROR .*(?:ibv_\w+\(.*\) failed|Failed to create)|Failed to create UCP worker",
+        "ib_link",
+        _SYS,
+        transient=False,
+        anchors=("UCX", "UCP"),
     ),
     Signature(
         "ucx_transport_error",
@@ -424,7 +437,9 @@ CATALOGUE: tuple[Signature, ...] = (
         "nccl_socket",
         r"NCCL WARN (?:socket\w*|Net|NET/Socket|Socket)\b.*(?:failed|closed|reset|refused|timed out|abort)|"
         r"WARN Socket creation failed|socketStartConnect: Connect to .* failed|Connection closed by remote peer|"
-        r"NCCL WARN Call to (?:connect|recv|send|accept|bind) .*failed",
+        r"NCCL WARN Call to (?:connect|recv|send|accept|bind) .*failed|NCCL WARN socketPollConnect|"
+        # NCCL's return-code trace (``transport/net.cc:515 -> 2``): 2 is ncclSystemError, 6 ncclRemoteError.
+        r"NCCL INFO [\w/.-]+\.(?:cc|h|cu|cpp):\d+ -> [26]\b",
         "nccl_error",
         _SYS,
         transient=True,
@@ -472,7 +487,8 @@ CATALOGUE: tuple[Signature, ...] = (
     # Mismatched collectives across ranks are the program's bug.
     Signature(
         "collective_mismatch",
-        r"Monitored Barrier encountered error|CollectiveFingerPrint|Detected mismatch between collectives",
+        r"Monitored Barrier encountered error|CollectiveFingerPrint|Detected mismatch between collectives|"
+        r"Mismatched collective detected",
         "collective_mismatch",
         _APP,
         transient=False,

@@ -1,0 +1,85 @@
+"""Every command, given a user's mistakes: a non-zero exit and a short message, never a traceback.
+
+Each row is a mistake seen or likely (a missing file, a path that cannot be written, a word
+where a number goes, an unknown preset, a broker that is not there). Typer's own usage errors
+(exit 2, "Usage: …") count as clear; an uncaught exception does not.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from trainguard.dataflows.cli import app
+
+runner = CliRunner()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _mistakes(tmp: Path) -> list[list[str]]:
+    missing = str(tmp / "missing")
+    bad_yaml = tmp / "bad.yaml"
+    bad_yaml.write_text("policy: [\n")
+    typo = tmp / "typo.yaml"
+    typo.write_text("policy:\n  mode: enforcing\n")
+    a_file = tmp / "a.log"
+    a_file.write_text("step 1\n")
+    nowhere = f"127.0.0.1:{_closed_port()}"
+    unwritable = "/proc/trainguard-cannot-write-here"
+    return [
+        ["replay", missing],
+        ["replay", str(a_file)],
+        ["replay", missing, "--speed", "fast"],
+        ["demo", "--out", unwritable],
+        ["run", "-c", missing],
+        ["run", "-c", str(bad_yaml)],
+        ["run", "-c", str(typo)],
+        ["run", "--brokers", nowhere],
+        ["produce", missing, "--brokers", nowhere],
+        ["collect-gpu", "--out", str(tmp / "gpu.jsonl")],
+        ["console", "--archive", missing],
+        ["watch-slurm", "--brokers", nowhere],
+        ["ship-logs", missing, "--brokers", nowhere],
+        ["import-logs", missing, "--out", str(tmp / "o")],
+        ["import-logs", str(a_file), "--out", str(tmp / "o")],
+        ["import-logs", str(a_file), "--out", unwritable, "--start", "0"],
+        ["import-logs", str(a_file), "--out", str(tmp / "o"), "--start", "yesterday"],
+        ["evaluate", "--preset", "nope", "--seeds", "1"],
+        ["evaluate", "--seeds", "one"],
+        ["generate", "--preset", "nope", "--out", str(tmp / "g")],
+        ["generate", "--seed", "seven", "--out", str(tmp / "g")],
+        ["score", "--labels", missing, "--anomalies", missing],
+        ["tune", "--preset", "nope", "--param", "detectors.hang.floor_s=45"],
+        ["tune", "--param", "detectors.hang.nope=1", "--seeds", "1"],
+        ["audit", "--log", missing],
+        ["templates", missing],
+        ["hash-password"],
+    ]
+
+
+def test_every_command_answers_mistakes_without_a_traceback(tmp_path: Path) -> None:
+    mistakes = _mistakes(tmp_path)
+    commands = {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands}
+    assert {m[0] for m in mistakes} >= commands - {"hash-password"}, "a command without a mistake to try"
+    for args in mistakes:
+        result = runner.invoke(app, args, input="short\n")
+        assert isinstance(result.exception, SystemExit), f"{args}: {result.exception!r}\n{result.output}"
+        assert result.exit_code != 0, f"{args} accepted a mistake:\n{result.output}"
+        assert "Traceback" not in result.output, f"{args}:\n{result.output}"
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        if not lines[0].startswith("Usage:"):  # ours: one sentence on one line
+            assert len(lines) == 1 and lines[0].startswith("error: "), f"{args}:\n{result.output}"
+
+
+@pytest.mark.parametrize("flag", ["--version"])
+def test_version(flag: str) -> None:
+    result = runner.invoke(app, [flag])
+    assert result.exit_code == 0 and result.output.startswith("trainguard ")

@@ -6,8 +6,10 @@ keys and wrong types are refused with one sentence naming the key.
 
 from __future__ import annotations
 
+import difflib
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 import yaml
@@ -113,7 +115,7 @@ def load_settings(path: str | Path | None) -> Settings:
     try:
         settings = msgspec.convert(data, Settings)
     except msgspec.ValidationError as exc:
-        raise ConfigError(f"config file {p}: {exc}.") from None
+        raise ConfigError(f"config file {p}: {explain_invalid(exc, data)}.") from None
     except (UnicodeError, TypeError, ValueError):  # e.g. a lone surrogate escape in a key
         raise ConfigError(
             f"config file {p} holds text that is not valid Unicode; fix the escaped characters."
@@ -124,3 +126,94 @@ def load_settings(path: str | Path | None) -> Settings:
                 f"config file {p}: kafka.topics has unknown stream {stream!r}; use one of {', '.join(TOPICS)}."
             )
     return settings
+
+
+_AT = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
+_TOKEN = re.compile(r"\.(\w+)|\[(\d+)\]")
+_KINDS = {
+    "float": "a number",
+    "int": "a whole number",
+    "str": "text",
+    "bool": "true or false",
+    "array": "a list",
+    "object": "a mapping of settings",
+}
+_BOUND = re.compile(r"^Expected `\w+` (?P<op>[<>]=?) (?P<limit>[-\d.e]+)$")
+
+
+def explain_invalid(exc: msgspec.ValidationError, data: Any, root: type = Settings) -> str:
+    """msgspec's validation error as a sentence about the setting: the allowed values, the
+    nearest key for a typo, the range a number must be in.
+
+    >>> def why(data):
+    ...     try:
+    ...         msgspec.convert(data, Settings)
+    ...     except msgspec.ValidationError as exc:
+    ...         return explain_invalid(exc, data)
+    >>> why({"policy": {"mode": "enforcing"}})
+    "policy.mode must be one of enforce, monitor (not 'enforcing')"
+    >>> why({"detectors": {"hang": {"flor_s": 5}}})
+    'detectors.hang has no setting flor_s; did you mean floor_s?'
+    >>> why({"detectors": {"straggler": {"ratio": 0.5}}})
+    'detectors.straggler.ratio must be > 1 (not 0.5)'
+    """
+    m = _AT.match(str(exc))
+    what, path = (m["what"], m["path"] or "") if m else (str(exc), "")
+    steps: list[str | int] = [int(i) if i else name for name, i in _TOKEN.findall(path)]
+    key = ".".join(str(s) if isinstance(s, str) else f"[{s}]" for s in steps).replace(".[", "[") or "the file"
+    value = _value_at(data, steps)
+    if what.startswith("Invalid enum value"):
+        allowed = _literal_values(_type_at(root, steps))
+        if allowed:
+            return f"{key} must be one of {', '.join(map(str, allowed))} (not {value!r})"
+    unknown = re.match(r"Object contains unknown field `(.*)`", what)
+    if unknown:
+        fields = _field_names(_type_at(root, steps))
+        close = difflib.get_close_matches(unknown[1], fields, n=1)
+        hint = f"; did you mean {close[0]}?" if close else f"; the settings there are {', '.join(fields)}"
+        return f"{key} has no setting {unknown[1]}{hint}"
+    expected = re.match(r"Expected `(\w+)`(?:, got `\w+`)?$", what)
+    if expected and expected[1] in _KINDS:
+        return f"{key} must be {_KINDS[expected[1]]} (not {value!r})"
+    bound = _BOUND.match(what)
+    if bound:
+        limit = float(bound["limit"])
+        return f"{key} must be {bound['op']} {limit:g} (not {value!r})"
+    return f"{key}: {what}"
+
+
+def _value_at(data: Any, steps: list[str | int]) -> Any:
+    for step in steps:
+        try:
+            data = data[step]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
+
+
+def _type_at(root: type, steps: list[str | int]) -> msgspec.inspect.Type:
+    info: msgspec.inspect.Type = msgspec.inspect.type_info(root)
+    for step in steps:
+        info = _unwrap(info)
+        if isinstance(step, int) and isinstance(info, msgspec.inspect.ListType):
+            info = info.item_type
+        elif isinstance(step, str) and isinstance(info, msgspec.inspect.StructType):
+            info = next((f.type for f in info.fields if f.encode_name == step), info)
+        elif isinstance(step, str) and isinstance(info, msgspec.inspect.DictType):
+            info = info.value_type
+    return _unwrap(info)
+
+
+def _unwrap(info: msgspec.inspect.Type) -> msgspec.inspect.Type:
+    if isinstance(info, msgspec.inspect.UnionType):  # Optional[X]: X
+        kept = [t for t in info.types if not isinstance(t, msgspec.inspect.NoneType)]
+        return kept[0] if len(kept) == 1 else info
+    return info
+
+
+def _literal_values(info: msgspec.inspect.Type) -> tuple[Any, ...]:
+    return info.values if isinstance(info, msgspec.inspect.LiteralType) else ()
+
+
+def _field_names(info: msgspec.inspect.Type) -> list[str]:
+    return [f.encode_name for f in info.fields] if isinstance(info, msgspec.inspect.StructType) else []

@@ -55,6 +55,7 @@ from trainguard.detectors.events import (
     Tick,
 )
 from trainguard.detectors.monitor import RUNNING_STATES
+from trainguard.detectors.settings import Count, Positive, Seconds
 
 DEAD = "!dead"  # key of dead-letter items in the router's output
 
@@ -132,15 +133,15 @@ class JobPlacement:
 
 
 class RouterSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    lateness_s: float = 2.0
-    tick_s: float = 5.0
-    node_tick_every: int = 6  # nodes have no short deadlines: tick them every 30 s
+    lateness_s: Seconds = 2.0
+    tick_s: Positive = 5.0
+    node_tick_every: Count = 6  # nodes have no short deadlines: tick them every 30 s
     idle_after_s: float | None = None  # live mode: wall seconds before a silent source stops holding the clock
     max_future_s: float = 3600.0  # ahead of the newest event (and of the wall clock, live)
     max_late_s: float = 3600.0  # behind the watermark
     key_idle_s: float = 3600.0  # stop ticking keys silent this long (event time)
     linger_s: float = 600.0  # keep ticking a finished job this long
-    shards: int = 1  # routers to spread jobs over (use the number of workers)
+    shards: Count = 1  # routers to spread jobs over (use the number of workers)
 
 
 class Router:

@@ -34,6 +34,7 @@ from trainguard.dataflows.cli_common import (
     settings_from,
     writable_dir,
 )
+from trainguard.dataflows.cli_config import register as register_config_commands
 from trainguard.dataflows.cli_scenarios import register as register_scenario_commands
 from trainguard.dataflows.cli_templates import register as register_templates_command
 from trainguard.dataflows.config import ConfigError
@@ -657,3 +658,4 @@ def main() -> None:
 register_scenario_commands(app)
 register_audit_command(app)
 register_templates_command(app)
+register_config_commands(app)

@@ -140,3 +140,32 @@ def test_audit_command_filters_by_node_job_and_time(tmp_path: Path):
         runner.invoke(app, ["audit", "--log", str(tmp_path / "audit.jsonl"), "--since", "yesterday"])
     )
     assert "does not exist" in _one_sentence_error(runner.invoke(app, ["audit", "--log", str(tmp_path / "no.jsonl")]))
+
+
+def test_config_init_writes_a_starter_that_loads_to_the_defaults_and_show_says_where_values_come_from(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    from trainguard.dataflows.config import Settings, load_settings
+
+    starter = tmp_path / "tg.yaml"
+    assert runner.invoke(app, ["config", "init", str(starter)]).exit_code == 0
+    assert load_settings(starter) == Settings()  # commented, and exactly the defaults
+    assert "--force" in _one_sentence_error(runner.invoke(app, ["config", "init", str(starter)]))
+    starter.write_text(starter.read_text().replace("floor_s: 55.0", "floor_s: 70.0"))
+    shown = runner.invoke(
+        app, ["config", "show", "-c", str(starter), "--json"], env={"TRAINGUARD_BROKERS": "kafka-1:9092"}
+    )
+    rows = {r["setting"]: r for r in map(json.loads, shown.output.splitlines())}
+    assert rows["detectors.hang.floor_s"] == {
+        "setting": "detectors.hang.floor_s",
+        "value": 70.0,
+        "source": f"file {starter}",
+    }
+    assert rows["detectors.hang.factor"]["source"] == "default"
+    assert rows["kafka.brokers"] == {
+        "setting": "kafka.brokers",
+        "value": "kafka-1:9092",
+        "source": "environment TRAINGUARD_BROKERS",
+    }

@@ -62,6 +62,9 @@ def _mistakes(tmp: Path) -> list[list[str]]:
         ["audit", "--log", missing],
         ["templates", missing],
         ["hash-password"],
+        ["config", "show", "-c", missing],
+        ["config", "show", "-c", str(typo)],
+        ["config", "init", unwritable + "/tg.yaml"],
     ]
 
 

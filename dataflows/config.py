@@ -14,6 +14,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
+from trainguard.actions.notify import NotifySettings
 from trainguard.actions.policy import PolicyConfig
 from trainguard.detectors.events import TOPICS
 from trainguard.detectors.routing import RouterSettings
@@ -94,6 +95,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     policy: PolicyConfig = msgspec.field(default_factory=PolicyConfig)
     scheduler: SchedulerSettings = msgspec.field(default_factory=SchedulerSettings)
     console: ConsoleSettings = msgspec.field(default_factory=ConsoleSettings)
+    notify: NotifySettings = msgspec.field(default_factory=NotifySettings)
     audit_log: str | None = None
 
 

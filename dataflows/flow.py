@@ -359,6 +359,11 @@ def build_flow(
         alive.falses,
         CallbackSink(lambda items: metrics.count_by(metrics.DEAD_LETTERS, ((d.topic,) for _, d in items))),
     )
+    if settings.notify.enabled:
+        from trainguard.dataflows.notify_step import NotifySink
+
+        to_notify = op.merge("to_notify", anomalies, actions)
+        op.output("notify", to_notify, NotifySink(settings.notify, settings.audit_log))
     if outputs.archive is not None:
         a = settings.archive
         for name, stream in (("anomalies", anomalies), ("actions", actions), ("dead_letter", dead)):

@@ -52,6 +52,11 @@ class _FieldWarnings:
 
 REGISTRY.register(_FieldWarnings())
 ACTIONS = Counter("trainguard_actions_total", "Actions decided, by action and status.", ["action", "status"])
+NOTIFICATIONS = Counter(
+    "trainguard_notifications_total",
+    "Notifications, by channel and outcome (delivered, failed).",
+    ["channel", "outcome"],
+)
 WATERMARK_DELAY = Gauge("trainguard_watermark_delay_seconds", "Wall clock minus the event-time watermark (live).")
 CONSUMER_LAG = Gauge(
     "trainguard_consumer_lag_messages",

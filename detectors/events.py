@@ -274,7 +274,7 @@ class Action(msgspec.Struct, kw_only=True, gc=False):
     target: str
     params: dict[str, str] = {}
     mode: Literal["monitor", "enforce"] = "monitor"
-    status: Literal["recommended", "applied", "failed", "suppressed"] = "recommended"
+    status: Literal["recommended", "applied", "failed", "suppressed", "rejected"] = "recommended"
     reason: str = ""
     applied_at: float | None = None
 

@@ -116,6 +116,20 @@ def _row(dataset: str, item: Anomaly | Action | DeadLetter) -> dict[str, Any]:
     return row
 
 
+def epoch_times(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` (as read back from the archive) with its time columns as epoch seconds again."""
+    for name in _TIME_FIELDS & row.keys():
+        if row[name] is not None and hasattr(row[name], "timestamp"):
+            row[name] = row[name].timestamp()
+    return row
+
+
+def anomaly_from_row(row: dict[str, Any]) -> Anomaly:
+    """The :class:`Anomaly` an archived row was written from."""
+    fields = set(Anomaly.__struct_fields__)
+    return Anomaly(**{k: v for k, v in epoch_times(dict(row)).items() if k in fields and v is not None})
+
+
 def write_atomically(table: pa.Table, path: Path) -> None:
     """Write ``table`` to ``path`` so that readers never see a partial file."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from trainguard.actions.audit import read_entries
 from trainguard.dataflows.archive import flush_open_archives
 from trainguard.dataflows.cli_audit import register as register_audit_command
 from trainguard.dataflows.cli_common import (
@@ -35,6 +36,7 @@ from trainguard.dataflows.cli_common import (
     writable_dir,
 )
 from trainguard.dataflows.cli_config import register as register_config_commands
+from trainguard.dataflows.cli_explain import register as register_explain_command
 from trainguard.dataflows.cli_scenarios import register as register_scenario_commands
 from trainguard.dataflows.cli_templates import register as register_templates_command
 from trainguard.dataflows.config import ConfigError
@@ -116,8 +118,9 @@ class RunReport:
             on_dead_letters=self.on_dead_letters,
         )
 
-    def print_summary(self, archive: Path | None) -> None:
+    def print_summary(self, archive: Path | None, audit_log: Path | None = None) -> None:
         table = Table(title="Anomalies")
+        table.add_column("id", no_wrap=True)
         table.add_column("anomaly", no_wrap=True)
         table.add_column("layer")
         table.add_column("job")
@@ -136,12 +139,24 @@ class RunReport:
             resolved = self.resolutions.get(a.anomaly_id)
             status = f"resolved: {resolved.resolution}" if resolved is not None else "open"
             table.add_row(
-                f"{a.kind}/{a.category}", a.layer, a.job_id or "-", where or "-", latency, recs or "-", status
+                a.anomaly_id,
+                f"{a.kind}/{a.category}",
+                a.layer,
+                a.job_id or "-",
+                where or "-",
+                latency,
+                recs or "-",
+                status,
             )
         console.print(table)
         dead = sum(self.dead.values())
         statuses = Counter(f"{a.status} ({a.mode})" for a in self.actions)
         actions = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items())) or "none"
+        if not self.actions and audit_log is not None:
+            ids = {a.anomaly_id for a in self.anomalies}
+            before = sum(1 for e in read_entries(audit_log) if e.get("anomaly_id") in ids)
+            if before:  # a re-run: the executor's idempotency keys found them already decided
+                actions = f"none new ({before} entries for these anomalies already in {audit_log}: a re-run)"
         false_alarms = sum(is_false_alarm(a.kind, a.resolution) for a in self.resolutions.values())
         console.print(
             f"{len(self.anomalies)} anomalies ({len(self.resolutions)} resolved, {false_alarms} false alarms "
@@ -185,10 +200,13 @@ def _replay(
     workers: int,
     quiet: bool,
     processes: int = 1,
+    audit_log: Path | None = None,
 ) -> RunReport:
     from trainguard.dataflows.flow import build_flow
 
     settings = settings_from(config)
+    if audit_log is not None:
+        settings.audit_log = str(audit_log)
     if processes > 1 and workers > 1:
         raise fail("use --processes or --workers, not both: a worker process runs one worker.")
     if out is not None:
@@ -249,8 +267,11 @@ def demo(
     """Replay the bundled scenario (a crash, a hang, a straggler, a failing idle GPU) with no broker needed."""
     writable_dir(out)
     console.print(f"Replaying the bundled scenario from {DEMO_DIR} …")
-    report = _replay(DEMO_DIR, out, None, None, 1, quiet=False)
-    report.print_summary(out)
+    audit_log = out / "audit.jsonl"  # beside the archive: `trainguard audit`, `explain` and a re-run read it
+    had_audit = audit_log.is_file()
+    report = _replay(DEMO_DIR, out, None, None, 1, quiet=False, audit_log=audit_log)
+    report.print_summary(out, audit_log if had_audit else None)
+    console.print(f"Audit log: [bold]{audit_log}[/]; explain an anomaly: trainguard explain ID --archive {out}")
     from trainguard.datasets.scenario import iter_labels
 
     faults = [lab for lab in iter_labels(DEMO_DIR / "labels.jsonl") if lab["kind"] != "benign"]
@@ -659,3 +680,4 @@ register_scenario_commands(app)
 register_audit_command(app)
 register_templates_command(app)
 register_config_commands(app)
+register_explain_command(app)

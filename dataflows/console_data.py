@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from trainguard.dataflows.archive import epoch_times
 from trainguard.detectors.events import Action, Anomaly
 from trainguard.detectors.lifecycle import latest_records
 
@@ -98,10 +99,7 @@ class ConsoleData:
                 continue
             self._seen_files.add(path)
             for row in pl.read_parquet(path).to_dicts():
-                for key in ("detected_at", "onset_ts", "resolved_at"):
-                    if row.get(key) is not None and hasattr(row[key], "timestamp"):
-                        row[key] = row[key].timestamp()
-                self._put(row)
+                self._put(epoch_times(row))
                 changed = True
         return changed
 

@@ -169,3 +169,32 @@ def test_config_init_writes_a_starter_that_loads_to_the_defaults_and_show_says_w
         "value": "kafka-1:9092",
         "source": "environment TRAINGUARD_BROKERS",
     }
+
+
+def test_demo_keeps_its_audit_log_and_explain_tells_the_whole_story(tmp_path: Path) -> None:
+    import json
+
+    from trainguard.dataflows.archive import read_dataset
+
+    out = tmp_path / "demo"
+    first = runner.invoke(app, ["demo", "--out", str(out)])
+    assert first.exit_code == 0 and (out / "audit.jsonl").is_file(), first.output
+    anomalies = read_dataset(out, "anomalies")
+    (xid,) = anomalies.filter(category="xid_79")["anomaly_id"].to_list()
+    assert xid in first.output  # ids are printed, so an operator can ask about one
+    shown = runner.invoke(app, ["explain", xid, "--archive", str(out)])
+    assert shown.exit_code == 0, shown.output
+    for expected in ("Xid 79: GPU has fallen off the bus", "NVIDIA: RESTART_BM", "signature nvrm_xid_79", "runbook"):
+        assert expected in shown.output
+    report = json.loads(runner.invoke(app, ["explain", xid, "--archive", str(out), "--json"]).output)
+    assert report["xid"]["immediate_resolution"] == "RESTART_BM"
+    assert {(d["action"], d["status"]) for d in report["decisions"]} == {
+        ("drain_node", "recommended"),
+        ("requeue_job", "recommended"),
+    }
+    (hang,) = anomalies.filter(kind="hang")["anomaly_id"].to_list()
+    hang_report = json.loads(runner.invoke(app, ["explain", hang, "--archive", str(out), "--json"]).output)
+    assert hang_report["rule"].startswith("hang rule: no progress past max(55 s")
+    assert "no anomaly 'nope'" in _one_sentence_error(runner.invoke(app, ["explain", "nope", "--archive", str(out)]))
+    again = runner.invoke(app, ["demo", "--out", str(out)])  # the same run again: its actions are already decided
+    assert "actions: none new" in again.output and "a re-run" in again.output

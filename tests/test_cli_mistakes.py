@@ -62,6 +62,7 @@ def _mistakes(tmp: Path) -> list[list[str]]:
         ["audit", "--log", missing],
         ["templates", missing],
         ["hash-password"],
+        ["explain", "an-0", "--archive", missing],
         ["config", "show", "-c", missing],
         ["config", "show", "-c", str(typo)],
         ["config", "init", unwritable + "/tg.yaml"],

@@ -38,6 +38,7 @@ from trainguard.actions.checks import already_done, invalid_target, mode_for, sh
 from trainguard.actions.commands import Attempt, CommandFailed
 from trainguard.actions.drivers import Inventory, SchedulerDriver, clean_reason
 from trainguard.actions.policy import Mode, PolicyConfig
+from trainguard.actions.silences import Silence, Silences
 from trainguard.detectors.events import Action, Anomaly
 
 TERMINAL_EVENTS = ("recommended", "applied", "failed", "suppressed", "rejected")
@@ -58,8 +59,10 @@ class ActionExecutor:
         *,
         inventory_ttl_s: float = 1.0,
         clock: Callable[[], float] = time.time,
+        silences: Silences | None = None,
     ) -> None:
         self.config = config
+        self.silences = silences
         self.driver = driver
         self.audit = audit
         self.clock = clock
@@ -120,6 +123,10 @@ class ActionExecutor:
             return None
         if action.status == "suppressed":
             return self._finish(anomaly, action, "suppressed", action.reason, ())
+        silence = self._silence_for(anomaly)
+        if silence is not None:
+            reason = f"{action.reason}; silenced by {silence.describe()}"
+            return self._finish(anomaly, action, "suppressed", reason, (), mode_for(self.config, action, anomaly, None))
         if self.driver is None:
             mode = mode_for(self.config, action, anomaly, None)
             if mode == "enforce":
@@ -146,6 +153,20 @@ class ActionExecutor:
         if mode == "monitor":
             return self._finish(anomaly, action, "recommended", action.reason, (), mode)
         return self._run(anomaly, action, inventory=inventory)
+
+    def _silence_for(self, anomaly: Anomaly) -> Silence | None:
+        if self.silences is None:
+            return None
+        partitions: set[str] = set()
+        if self._inventory is not None:  # partitions are known only once the scheduler was read
+            inventory = self._inventory[1]
+            for node in anomaly.nodes:
+                if node in inventory.nodes:
+                    partitions.update(inventory.nodes[node].partitions)
+            job = inventory.jobs.get(anomaly.job_id or "")
+            if job is not None:
+                partitions.add(job.partition)
+        return self.silences.matching(anomaly, partitions)
 
     def approve(self, anomaly: Anomaly, action: Action, user: str) -> Action:
         """Carry out a recommendation an operator approved, through the same checks as enforce mode."""

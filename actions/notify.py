@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from trainguard.actions.silences import Silences
 from trainguard.detectors.events import Action, Anomaly
 
 __all__ = ["Delivery", "Notifier", "NotifySettings", "alertmanager_alert", "summary"]
@@ -130,8 +131,10 @@ class Notifier:
         post: Callable[[str, bytes, float], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        silences: Silences | None = None,
     ) -> None:
         self.settings = settings
+        self.silences = silences
         self._post = post or _post_json
         self._clock = clock
         self._sleep = sleep
@@ -150,7 +153,10 @@ class Notifier:
                     raise ValueError(f"notify.apprise has a URL apprise does not understand: {url!r}")
 
     def wants(self, anomaly: Anomaly) -> bool:
-        return _SEVERITY_ORDER[anomaly.severity] >= _SEVERITY_ORDER[self.settings.min_severity]
+        """Severe enough, and not silenced (a silenced anomaly is archived, never sent)."""
+        if _SEVERITY_ORDER[anomaly.severity] < _SEVERITY_ORDER[self.settings.min_severity]:
+            return False
+        return self.silences is None or self.silences.matching(anomaly) is None
 
     def anomaly(self, anomaly: Anomaly) -> list[Delivery]:
         """An anomaly opened or resolved."""

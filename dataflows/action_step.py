@@ -22,6 +22,7 @@ from trainguard.actions.commands import CommandRunner
 from trainguard.actions.drivers import DryRunDriver, SchedulerDriver
 from trainguard.actions.executor import ActionExecutor
 from trainguard.actions.policy import Policy
+from trainguard.actions.silences import Silences
 from trainguard.dataflows import metrics
 from trainguard.dataflows.config import SchedulerSettings, Settings
 from trainguard.detectors.events import Action, Anomaly
@@ -78,7 +79,9 @@ def make_driver(settings: SchedulerSettings) -> SchedulerDriver | None:
 
 def make_executor(settings: Settings) -> ActionExecutor:
     audit = AuditLog(settings.audit_log) if settings.audit_log else None
-    return ActionExecutor(settings.policy, make_driver(settings.scheduler), audit)
+    path = settings.silences_path
+    silences = Silences(path, audit) if path is not None else None
+    return ActionExecutor(settings.policy, make_driver(settings.scheduler), audit, silences=silences)
 
 
 class BackgroundExecutor:

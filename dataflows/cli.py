@@ -38,6 +38,7 @@ from trainguard.dataflows.cli_common import (
 from trainguard.dataflows.cli_config import register as register_config_commands
 from trainguard.dataflows.cli_explain import register as register_explain_command
 from trainguard.dataflows.cli_scenarios import register as register_scenario_commands
+from trainguard.dataflows.cli_silence import register as register_silence_commands
 from trainguard.dataflows.cli_templates import register as register_templates_command
 from trainguard.dataflows.config import ConfigError
 from trainguard.dataflows.logimport import LogImportError, import_logs
@@ -681,3 +682,4 @@ register_audit_command(app)
 register_templates_command(app)
 register_config_commands(app)
 register_explain_command(app)
+register_silence_commands(app)

@@ -97,6 +97,13 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     console: ConsoleSettings = msgspec.field(default_factory=ConsoleSettings)
     notify: NotifySettings = msgspec.field(default_factory=NotifySettings)
     audit_log: str | None = None
+    silences: str | None = None  # the silences file (default: silences.jsonl beside the audit log)
+
+    @property
+    def silences_path(self) -> Path | None:
+        if self.silences:
+            return Path(self.silences)
+        return Path(self.audit_log).with_name("silences.jsonl") if self.audit_log else None
 
 
 def load_settings(path: str | Path | None) -> Settings:

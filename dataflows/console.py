@@ -15,6 +15,7 @@ import base64
 import hashlib
 import hmac
 import secrets
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from trainguard.actions.executor import ActionExecutor, ApprovalError
+from trainguard.actions.silences import SilenceError, Silences, parse_duration
 from trainguard.dataflows.config import ConsoleUser, Settings
 from trainguard.dataflows.console_data import ConsoleData
 from trainguard.dataflows.passwords import verify_password
@@ -106,6 +108,9 @@ def create_app(
     auth = Auth(settings.console.users)
     lock = asyncio.Lock()  # one approval at a time: the executor is not re-entrant
 
+    def silences() -> Silences | None:  # the executor's: the same file the flow reads
+        return getattr(executor, "silences", None) if executor is not None else None
+
     def guarded(handler: Any, operator: bool = False) -> Any:
         async def endpoint(request: Request) -> Response:
             user = await run_in_threadpool(auth.user, request)  # scrypt must not stall the event loop
@@ -115,7 +120,7 @@ def create_app(
                 )
             if operator:
                 if user.role != "operator":
-                    return JSONResponse({"error": f"{user.name} is a viewer; approving needs the operator role"}, 403)
+                    return JSONResponse({"error": f"{user.name} is a viewer; this needs the operator role"}, 403)
                 if not hmac.compare_digest(request.headers.get("x-csrf-token", ""), auth.csrf(user)):
                     return JSONResponse({"error": "missing or wrong X-CSRF-Token"}, status_code=403)
             return await handler(request, user)
@@ -195,6 +200,42 @@ def create_app(
         data.refresh()
         return JSONResponse(msgspec.to_builtins(done))
 
+    async def silence_list(request: Request, user: ConsoleUser) -> Response:
+        store = silences()
+        if store is None:
+            return JSONResponse([])
+        now = time.time()
+        return JSONResponse([{**msgspec.to_builtins(s), "active": s.active(now)} for s in store.all()])
+
+    async def silence_add(request: Request, user: ConsoleUser) -> Response:
+        store = silences()
+        if store is None:
+            return JSONResponse({"error": "the console has no audit log, so no silences file"}, status_code=409)
+        try:
+            body = await request.json()
+            matchers = {k: str(body[k])[:200] for k in ("node", "job", "kind", "partition") if body.get(k)}
+            silence = store.add(
+                duration_s=parse_duration(str(body.get("duration", ""))),
+                reason=str(body.get("reason", ""))[:500],
+                by=user.name,
+                **matchers,
+            )
+        except (ValueError, AttributeError) as exc:  # SilenceError is a ValueError; so is a body that is not JSON
+            return JSONResponse({"error": str(exc) or "the body must be JSON"}, status_code=400)
+        data.refresh()
+        return JSONResponse(msgspec.to_builtins(silence))
+
+    async def silence_expire(request: Request, user: ConsoleUser) -> Response:
+        store = silences()
+        if store is None:
+            return JSONResponse({"error": "the console has no audit log, so no silences file"}, status_code=409)
+        try:
+            silence = store.expire(request.path_params["silence_id"], by=user.name)
+        except SilenceError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=404)
+        data.refresh()
+        return JSONResponse(msgspec.to_builtins(silence))
+
     async def events(request: Request, user: ConsoleUser) -> Response:
         async def stream() -> AsyncIterator[bytes]:
             seen = -1
@@ -234,6 +275,9 @@ def create_app(
         Route("/api/audit", guarded(audit)),
         Route("/api/pending", guarded(pending)),
         Route("/api/actions/{action_id}/{verb:str}", guarded(decide, operator=True), methods=["POST"]),
+        Route("/api/silences", guarded(silence_list)),
+        Route("/api/silences", guarded(silence_add, operator=True), methods=["POST"]),
+        Route("/api/silences/{silence_id}/expire", guarded(silence_expire, operator=True), methods=["POST"]),
         Route("/api/events", guarded(events)),
         Mount("/static", StaticFiles(directory=STATIC)),
     ]

@@ -363,7 +363,7 @@ def build_flow(
         from trainguard.dataflows.notify_step import NotifySink
 
         to_notify = op.merge("to_notify", anomalies, actions)
-        op.output("notify", to_notify, NotifySink(settings.notify, settings.audit_log))
+        op.output("notify", to_notify, NotifySink(settings.notify, settings.audit_log, settings.silences_path))
     if outputs.archive is not None:
         a = settings.archive
         for name, stream in (("anomalies", anomalies), ("actions", actions), ("dead_letter", dead)):

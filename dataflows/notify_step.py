@@ -11,6 +11,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -18,6 +19,7 @@ from bytewax.outputs import DynamicSink, StatelessSinkPartition
 
 from trainguard.actions.audit import AuditLog
 from trainguard.actions.notify import Delivery, Notifier, NotifySettings
+from trainguard.actions.silences import Silences
 from trainguard.dataflows import metrics
 from trainguard.detectors.events import Action, Anomaly
 
@@ -71,10 +73,12 @@ class _NotifyPartition(StatelessSinkPartition[Any]):
 class NotifySink(DynamicSink[Any]):
     """Delivers the anomalies and actions it is given (see :mod:`trainguard.actions.notify`)."""
 
-    def __init__(self, settings: NotifySettings, audit_log: str | None = None) -> None:
+    def __init__(self, settings: NotifySettings, audit_log: str | None = None, silences: Path | None = None) -> None:
         self.settings = settings
         self.audit_log = audit_log
+        self.silences = silences
 
     def build(self, step_id: str, worker_index: int, worker_count: int) -> _NotifyPartition:
         audit = AuditLog(self.audit_log) if self.audit_log else None
-        return _NotifyPartition(_Deliverer(Notifier(self.settings), audit))
+        silences = Silences(self.silences) if self.silences is not None else None
+        return _NotifyPartition(_Deliverer(Notifier(self.settings, silences=silences), audit))

@@ -33,6 +33,8 @@ def _mistakes(tmp: Path) -> list[list[str]]:
     a_file = tmp / "a.log"
     a_file.write_text("step 1\n")
     nowhere = f"127.0.0.1:{_closed_port()}"
+    with_audit = tmp / "audit.yaml"
+    with_audit.write_text(f"audit_log: {tmp / 'audit.jsonl'}\n")
     unwritable = "/proc/trainguard-cannot-write-here"
     return [
         ["replay", missing],
@@ -63,6 +65,9 @@ def _mistakes(tmp: Path) -> list[list[str]]:
         ["templates", missing],
         ["hash-password"],
         ["explain", "an-0", "--archive", missing],
+        ["silence", "add", "--node", "n1", "--for", "4h", "--reason", "RMA"],  # no silences file configured
+        ["silence", "add", "--node", "n1", "--for", "soon", "--reason", "RMA", "-c", str(with_audit)],
+        ["silence", "expire", "si-nope", "-c", str(with_audit)],
         ["config", "show", "-c", missing],
         ["config", "show", "-c", str(typo)],
         ["config", "init", unwritable + "/tg.yaml"],

@@ -18,6 +18,7 @@ from tests.conftest import DEMO_DIR, ROOT, replay
 from trainguard.actions.audit import AuditLog, read_entries
 from trainguard.actions.drivers import DryRunDriver, Inventory, JobInfo, NodeInfo
 from trainguard.actions.executor import ActionExecutor
+from trainguard.actions.silences import Silences
 from trainguard.dataflows.config import Settings
 from trainguard.dataflows.console import create_app, sha256_hex
 from trainguard.dataflows.console_data import ConsoleData
@@ -207,7 +208,9 @@ def test_console_in_chromium_feed_updates_live_and_approval_is_audited(browser, 
     class LateExecutor:  # the console's executor reads the audit log once the replay has written it
         def __getattr__(self, name: str):
             if not executor_box:
-                executor_box.append(ActionExecutor(settings.policy, driver, AuditLog(audit)))
+                log = AuditLog(audit)
+                store = Silences(tmp_path / "silences.jsonl", log)
+                executor_box.append(ActionExecutor(settings.policy, driver, log, silences=store))
             return getattr(executor_box[0], name)
 
     port = free_port()
@@ -233,8 +236,20 @@ def test_console_in_chromium_feed_updates_live_and_approval_is_audited(browser, 
         row.get_by_role("button", name="Approve").click()
         page.wait_for_selector("#decision-result:has-text('applied')")
         page.wait_for_selector("#audit >> text=approved")
+        # An operator silences a node for its RMA, then ends the silence early.
+        form = page.locator("#silence-form")
+        form.get_by_label("silence node").fill("gpu-node-04")
+        form.get_by_label("silence duration").fill("4h")
+        form.get_by_label("silence reason").fill("RMA 4711")
+        form.get_by_role("button", name="Silence").click()
+        page.wait_for_selector("#silences tr[data-silence] >> text=node gpu-node-04")
+        page.wait_for_selector("#audit >> text=silence_added")
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "console.png"), full_page=True)
+        page.locator("#silences tr", has_text="gpu-node-04").get_by_role("button", name="Expire").click()
+        page.wait_for_selector("#silence-result:has-text('expired')")
+        page.wait_for_selector("#audit >> text=silence_expired")
+        assert page.locator("#silences tr[data-silence]").count() == 0
         context.close()
     finally:
         server.should_exit = True  # type: ignore[attr-defined]
@@ -242,6 +257,8 @@ def test_console_in_chromium_feed_updates_live_and_approval_is_audited(browser, 
     approved = [e for e in read_entries(audit) if e["event"] in ("approved", "applied") and e.get("user") == "alice"]
     assert [(e["event"], e["target"]) for e in approved] == [("approved", "gpu-node-10"), ("applied", "gpu-node-10")]
     assert driver.commands[0][:2] == ("drain_node", "gpu-node-10")
+    changes = [(e["event"], e["user"], e["node"]) for e in read_entries(audit) if e["event"].startswith("silence_")]
+    assert changes == [("silence_added", "alice", "gpu-node-04"), ("silence_expired", "alice", "gpu-node-04")]
 
 
 def test_console_reads_anomalies_and_live_progress_from_kafka(tansu, tmp_path: Path):

@@ -114,6 +114,38 @@ function renderAudit(entries) {
   );
 }
 
+function renderSilences(silences) {
+  const operator = me && me.role === "operator";
+  document.getElementById("silence-form").hidden = !operator;
+  document.querySelector("#silences tbody").replaceChildren(
+    ...silences.filter((s) => s.active).map((s) => {
+      const matches = ["node", "job", "kind", "partition"].filter((k) => s[k]).map((k) => `${k} ${s[k]}`).join(", ");
+      const expire = operator ? el("button", { class: "expire", onclick: () => expireSilence(s.silence_id) }, "Expire") : "";
+      return el("tr", { "data-silence": s.silence_id }, el("td", {}, s.silence_id), el("td", {}, matches),
+        el("td", {}, when(s.ends_at)), el("td", {}, s.created_by), el("td", {}, s.reason), el("td", {}, expire));
+    }),
+  );
+}
+
+async function silencePost(path, body) {
+  const result = document.getElementById("silence-result");
+  try {
+    const done = await api(path, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "X-CSRF-Token": me.csrf },
+      body: JSON.stringify(body),
+    });
+    result.textContent = `${done.expired_at ? "expired" : "silenced"} ${done.silence_id}: ${done.reason}`;
+  } catch (error) {
+    result.textContent = `refused: ${error.message}`;
+  }
+  refresh();
+}
+
+function expireSilence(silenceId) {
+  return silencePost(`/api/silences/${encodeURIComponent(silenceId)}/expire`, {});
+}
+
 async function showJob(jobId) {
   currentJob = jobId;
   const job = await api(`/api/jobs/${encodeURIComponent(jobId)}`);
@@ -146,9 +178,10 @@ async function showJob(jobId) {
 }
 
 async function refresh() {
-  const [overview, feed, pending, nodes, audit] = await Promise.all(
-    ["/api/overview", "/api/anomalies", "/api/pending", "/api/nodes", "/api/audit"].map((p) => api(p)),
+  const [overview, feed, pending, nodes, audit, silences] = await Promise.all(
+    ["/api/overview", "/api/anomalies", "/api/pending", "/api/nodes", "/api/audit", "/api/silences"].map((p) => api(p)),
   );
+  renderSilences(silences);
   renderOverview(overview);
   renderFeed(feed);
   renderPending(pending);
@@ -162,6 +195,12 @@ async function start() {
   me = await api("/api/me");
   document.getElementById("who").textContent = `${me.user} (${me.role})`;
   document.getElementById("modes").textContent = me.modes.map((m) => `${m.scope}: ${m.mode}`).join(" · ") + ` · driver ${me.driver}`;
+  document.getElementById("silence-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const form = new FormData(event.target);
+    silencePost("/api/silences", Object.fromEntries(form.entries()));
+    event.target.reset();
+  });
   await refresh();
   const live = document.getElementById("live");
   const events = new EventSource("/api/events");

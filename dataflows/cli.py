@@ -50,7 +50,7 @@ from trainguard.detectors.lenient import FIELD_WARNINGS
 from trainguard.detectors.lifecycle import is_false_alarm
 
 app = typer.Typer(
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
     no_args_is_help=True,
     help="Streaming anomaly detection and recovery actions for GPU training jobs.",
 )
@@ -118,6 +118,25 @@ class RunReport:
             on_actions=self.on_actions,
             on_dead_letters=self.on_dead_letters,
         )
+
+    def print_json(self) -> None:
+        """JSON Lines: each anomaly record (opened, then resolved), each action, then one summary line."""
+        encode = msgspec.json.Encoder().encode
+        for a in self.anomalies:
+            typer.echo(encode({"record": "anomaly", **msgspec.structs.asdict(a)}))
+        for r in self.resolutions.values():
+            typer.echo(encode({"record": "anomaly", **msgspec.structs.asdict(r)}))
+        for x in self.actions:
+            typer.echo(encode({"record": "action", **msgspec.structs.asdict(x)}))
+        summary = {
+            "record": "summary",
+            "anomalies": len(self.anomalies),
+            "resolved": len(self.resolutions),
+            "actions": len(self.actions),
+            "dead_lettered": sum(self.dead.values()),
+            "dead_letter_reasons": dict(self.dead),
+        }
+        typer.echo(encode(summary))
 
     def print_summary(self, archive: Path | None, audit_log: Path | None = None) -> None:
         table = Table(title="Anomalies")
@@ -255,10 +274,25 @@ def replay(
     workers: WorkersOpt = 1,
     processes: ProcessesOpt = 1,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="JSON Lines on stdout: every anomaly and action record, then a summary.")
+    ] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="Exit 3 when any input record was dead-lettered.")] = False,
 ) -> None:
-    """Replay recorded topics through the dataflow and summarise what was found."""
-    report = _replay(directory, out, speed, config, workers, quiet, processes)
-    report.print_summary(out)
+    """Replay recorded topics through the dataflow and summarise what was found.
+
+    Exit status: 0 when the replay ran, 2 for a usage or input error, 3 with --strict when records were
+    dead-lettered (the replay still completes and archives them).
+    """
+    report = _replay(directory, out, speed, config, workers, quiet or as_json, processes)
+    if as_json:
+        report.print_json()
+    else:
+        report.print_summary(out)
+    if strict and report.dead:
+        if not as_json:
+            err_console.print(f"error: {sum(report.dead.values())} input records were dead-lettered (--strict).")
+        raise typer.Exit(3)
 
 
 @app.command()
@@ -553,8 +587,14 @@ def watch_slurm(
             started = time.monotonic()
             try:
                 records = watcher.poll()
-            except CommandFailed as exc:  # the controller is down or slow: say so, keep polling
-                err_console.print(f"[yellow]slurm poll failed:[/] {exc}")
+            except CommandFailed as exc:
+                if polls == 0:  # never reached it: a wrong host, PATH or configuration, not an outage
+                    why = " ".join(str(exc).split())[:200]
+                    raise fail(
+                        f"cannot reach Slurm ({why}); check that squeue and sinfo work here "
+                        "(or set scheduler.ssh_host / scheduler.bin_dir)."
+                    ) from None
+                err_console.print(f"[yellow]slurm poll failed:[/] {exc}")  # an outage: say so, keep polling
                 records = []
             polls += 1
             for topic, record in records:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from datetime import datetime
@@ -43,6 +44,7 @@ def register(app: typer.Typer) -> None:
         since: Annotated[str | None, typer.Option(help="Only entries since 2h / 30m / an ISO time.")] = None,
         log: Annotated[Path | None, typer.Option(help="Audit log (default: audit_log from the config).")] = None,
         parquet: Annotated[Path | None, typer.Option(help="Also write the whole log to this Parquet file.")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="JSON Lines: the matching entries as written.")] = False,
         config: ConfigOpt = None,
     ) -> None:
         """Show the audit trail: recommendations, intents, outcomes, breaker changes."""
@@ -56,6 +58,10 @@ def register(app: typer.Typer) -> None:
         except ValueError as exc:
             raise fail(str(exc)) from None
         frame = query(path, job=job, node=node, since=cutoff)
+        if as_json:
+            for row in frame.drop("recorded", strict=False).iter_rows(named=True):
+                typer.echo(json.dumps(row, default=str))
+            return
         table = Table(title=f"Audit trail ({frame.height} entries)")
         for column in ("time", "event", "action", "target", "mode", "job", "category", "reason"):
             table.add_column(column, overflow="fold")

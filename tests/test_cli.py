@@ -198,3 +198,29 @@ def test_demo_keeps_its_audit_log_and_explain_tells_the_whole_story(tmp_path: Pa
     assert "no anomaly 'nope'" in _one_sentence_error(runner.invoke(app, ["explain", "nope", "--archive", str(out)]))
     again = runner.invoke(app, ["demo", "--out", str(out)])  # the same run again: its actions are already decided
     assert "actions: none new" in again.output and "a re-run" in again.output
+
+
+def test_replay_json_lines_and_strict_exit_code(tmp_path: Path) -> None:
+    import json
+
+    from tests.conftest import DEMO_DIR
+
+    lines = runner.invoke(app, ["replay", str(DEMO_DIR), "--json"]).output.splitlines()
+    records = [json.loads(line) for line in lines]  # nothing but JSON on stdout
+    summary = records[-1]
+    assert summary["record"] == "summary" and summary["dead_lettered"] == 0
+    kinds = {r["kind"] for r in records if r["record"] == "anomaly"}
+    assert kinds == {"crash", "hang", "straggler", "node_unhealthy"}
+    assert sum(r["record"] == "action" for r in records) == summary["actions"] > 0
+    (tmp_path / "logs.jsonl").write_text(
+        '{"ts": 1796205600, "job_id": "1", "node": "n1", "line": "step 1"}\n{"ts": "yesterday", "node": "n1"}\n'
+    )
+    assert runner.invoke(app, ["replay", str(tmp_path), "-q"]).exit_code == 0  # dead letters alone are not an error
+    strict = runner.invoke(app, ["replay", str(tmp_path), "-q", "--strict"])
+    assert strict.exit_code == 3 and "1 input records were dead-lettered" in strict.output
+    audit = tmp_path / "audit.jsonl"
+    audit.write_text('{"event": "recommended", "action": "drain_node", "target": "n1", "recorded_at": 1.0}\n')
+    (entry,) = [
+        json.loads(line) for line in runner.invoke(app, ["audit", "--log", str(audit), "--json"]).output.splitlines()
+    ]
+    assert (entry["event"], entry["target"]) == ("recommended", "n1")

@@ -33,6 +33,8 @@ def _mistakes(tmp: Path) -> list[list[str]]:
     a_file = tmp / "a.log"
     a_file.write_text("step 1\n")
     nowhere = f"127.0.0.1:{_closed_port()}"
+    no_slurm = tmp / "no-slurm.yaml"
+    no_slurm.write_text(f"scheduler:\n  bin_dir: {tmp / 'empty'}\n  attempts: 1\n")
     with_audit = tmp / "audit.yaml"
     with_audit.write_text(f"audit_log: {tmp / 'audit.jsonl'}\n")
     unwritable = "/proc/trainguard-cannot-write-here"
@@ -49,6 +51,7 @@ def _mistakes(tmp: Path) -> list[list[str]]:
         ["collect-gpu", "--out", str(tmp / "gpu.jsonl")],
         ["console", "--archive", missing],
         ["watch-slurm", "--brokers", nowhere],
+        ["watch-slurm", "--out", str(tmp / "w.jsonl"), "-c", str(no_slurm)],
         ["ship-logs", missing, "--brokers", nowhere],
         ["import-logs", missing, "--out", str(tmp / "o")],
         ["import-logs", str(a_file), "--out", str(tmp / "o")],

@@ -37,6 +37,7 @@ from typing import Any, Literal
 import msgspec
 
 from trainguard.actions.silences import Silences
+from trainguard.detectors.describe import summary
 from trainguard.detectors.events import Action, Anomaly
 
 __all__ = ["Delivery", "Notifier", "NotifySettings", "alertmanager_alert", "summary"]
@@ -71,13 +72,6 @@ class Delivery(msgspec.Struct, frozen=True):
     detail: str = ""
 
 
-def summary(anomaly: Anomaly) -> str:
-    """One line: what, which layer, where."""
-    where = ", ".join(anomaly.nodes) or "no node"
-    job = f", job {anomaly.job_id}" if anomaly.job_id else ""
-    return f"{anomaly.kind}/{anomaly.category} ({anomaly.layer}) on {where}{job}"
-
-
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
 
@@ -109,9 +103,10 @@ def alertmanager_alert(anomaly: Anomaly, actions: list[Action], settings: Notify
     alert: dict[str, Any] = {
         "labels": labels,
         "annotations": {
-            "summary": summary(anomaly),
+            "summary": anomaly.summary or summary(anomaly),
             "description": description,
-            "runbook_url": settings.runbook_url.format(kind=anomaly.kind, category=anomaly.category),
+            "runbook_url": anomaly.runbook_url
+            or settings.runbook_url.format(kind=anomaly.kind, category=anomaly.category),
             "actions": decided,
         },
         "startsAt": _iso(anomaly.detected_at),

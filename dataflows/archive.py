@@ -55,6 +55,9 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("remedy", pa.string()),
             ("resolved_at", _TS),
             ("resolution", pa.string()),
+            # Since 0.2.
+            ("summary", pa.string()),
+            ("runbook_url", pa.string()),
         ]
     ),
     "actions": pa.schema(

@@ -17,10 +17,10 @@ from typing import Annotated, Any
 import typer
 
 from trainguard.actions.audit import read_entries
-from trainguard.actions.notify import summary
 from trainguard.dataflows.archive import anomaly_from_row, epoch_times, read_dataset
 from trainguard.dataflows.cli_common import ConfigOpt, console, fail, settings_from
 from trainguard.dataflows.cli_templates import TEMPLATE_EVIDENCE
+from trainguard.detectors.describe import summary
 from trainguard.detectors.events import Anomaly
 from trainguard.detectors.signatures import match_line
 from trainguard.detectors.xid import xid_info
@@ -34,7 +34,8 @@ def explanation(anomaly: Anomaly, actions: list[dict[str, Any]], audit: list[dic
     """Everything ``explain`` prints, as data (``--json`` prints this)."""
     out: dict[str, Any] = {
         "anomaly_id": anomaly.anomaly_id,
-        "summary": summary(anomaly),
+        "summary": anomaly.summary or summary(anomaly),
+        "runbook_url": anomaly.runbook_url,
         "detected_at": _iso(anomaly.detected_at),
         "status": f"resolved at {_iso(anomaly.resolved_at)}: {anomaly.resolution}" if anomaly.resolved_at else "open",
         "where": {"job": anomaly.job_id, "nodes": anomaly.nodes, "gpus": anomaly.gpus, "ranks": anomaly.ranks},
@@ -92,7 +93,7 @@ def _next_steps(anomaly: Anomaly, actions: list[dict[str, Any]]) -> list[str]:
     pending = [a for a in actions if a.get("status") == "recommended"]
     for a in pending:
         steps.append(f"recommended, not done: {a['action']} {a['target']} (approve in the console, or enforce)")
-    steps.append(f"runbook: {RUNBOOKS}#{anomaly.kind}")
+    steps.append(f"runbook: {anomaly.runbook_url or f'{RUNBOOKS}#{anomaly.kind}'}")
     return steps
 
 

@@ -11,6 +11,7 @@ with the user's name on every entry.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import base64
 import hashlib
 import hmac
@@ -257,6 +258,7 @@ def create_app(
             await asyncio.to_thread(data.refresh)
             await asyncio.sleep(poll_s)
 
+    @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         task = asyncio.create_task(refresher())
         try:

@@ -40,6 +40,7 @@ from trainguard.dataflows.placement import key_on_worker
 from trainguard.dataflows.records import RawRecord, Routed
 from trainguard.dataflows.replay_shards import ShardedReplaySource
 from trainguard.dataflows.snapshots import restore
+from trainguard.detectors.describe import described
 from trainguard.detectors.events import (
     TOPICS,
     Action,
@@ -325,6 +326,8 @@ def build_flow(
             ),
         ),
     )
+    runbook = settings.notify.runbook_url
+    anomalies = op.map("describe", anomalies, lambda a: described(a, runbook))
     decisions = op.key_rm(
         "decided",
         op.stateful_batch(

@@ -42,6 +42,7 @@ class GpuCollector:
         count = nvml.nvmlDeviceGetCount()
         self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         self.uuids = [self._text(nvml.nvmlDeviceGetUUID(h)) for h in self.handles]
+        self.pci_bus_ids = [self._pci_bus_id(h) for h in self.handles]
         self.lost: set[int] = set()
         self.events = None
         if xid_events:
@@ -55,6 +56,10 @@ class GpuCollector:
     @staticmethod
     def _text(value: str | bytes) -> str:
         return value.decode() if isinstance(value, bytes) else value
+
+    def _pci_bus_id(self, handle: Any) -> str | None:
+        info = self._field(self.nvml.nvmlDeviceGetPciInfo, handle)
+        return None if info is None else self._text(info.busId)
 
     def _field(self, fn: Callable[..., Any], *args: Any) -> Any:
         try:
@@ -99,6 +104,7 @@ class GpuCollector:
             "node": self.node,
             "gpu": index,
             "uuid": self.uuids[index],
+            "pci_bus_id": self.pci_bus_ids[index],
             "util_pct": None if util is None else float(util.gpu),
             "mem_used_mib": None if memory is None else memory.used / 2**20,
             "temp_c": f(n.nvmlDeviceGetTemperature, handle, n.NVML_TEMPERATURE_GPU),

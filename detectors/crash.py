@@ -26,13 +26,14 @@ from collections import deque
 
 from trainguard.detectors.events import LogRecord
 from trainguard.detectors.findings import Finding, count_recent
-from trainguard.detectors.ids import evidence_line
+from trainguard.detectors.ids import evidence_line, gpu_id, pci_address
 from trainguard.detectors.signatures import SignatureMatch, looks_fatal, match_line
 
 
 def finding_from_line(record: LogRecord, match: SignatureMatch) -> Finding:
     sig = match.signature
-    gpus = [f"{record.node}:{match.fields['pci']}"] if match.fields.get("pci", "").count(":") >= 1 else []
+    pci = match.fields.get("pci", "")
+    gpus = [gpu_id(record.node, pci_address(pci))] if pci.count(":") >= 1 else []
     rank = record.rank if record.rank is not None else (int(match.fields["rank"]) if "rank" in match.fields else None)
     evidence = [evidence_line(record.node, record.rank, record.line)]
     if "cause_xid" in match.fields:

@@ -74,6 +74,7 @@ class GpuSample(_Record, kw_only=True):
     node: str
     gpu: int
     uuid: str | None = None
+    pci_bus_id: str | None = None  # lets a kernel line's PCI address be named node/index
     util_pct: float | None = None
     mem_used_mib: float | None = None
     temp_c: float | None = None
@@ -260,6 +261,8 @@ class Anomaly(msgspec.Struct, kw_only=True, gc=False):
     remedy: str | None = None
     resolved_at: float | None = None
     resolution: str | None = None
+    summary: str = ""  # one line for people (see detectors.describe)
+    runbook_url: str | None = None
 
     @property
     def resolved(self) -> bool:

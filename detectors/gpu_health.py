@@ -24,6 +24,7 @@ from trainguard.detectors.drift import DriftDetector
 from trainguard.detectors.events import GpuSample
 from trainguard.detectors.findings import Finding, count_recent
 from trainguard.detectors.gpu_peers import throttle_mask
+from trainguard.detectors.ids import gpu_id
 from trainguard.detectors.xid import xid_info
 
 
@@ -225,7 +226,7 @@ def _gpu_finding(s: GpuSample, kind: str, category: str, layer: str, transient: 
         detected_at=ts,
         transient=transient,
         nodes=[s.node],
-        gpus=[f"{s.node}/{s.gpu}"],
+        gpus=[gpu_id(s.node, s.gpu)],
         confidence=0.9,
         evidence=[f"{s.node}/gpu{s.gpu}: {why}"],
     )

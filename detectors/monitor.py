@@ -26,7 +26,7 @@ from trainguard.detectors.gpu_activity import GpuActivity, Verdict
 from trainguard.detectors.gpu_health import GpuHealth
 from trainguard.detectors.gpu_peers import GpuPeers
 from trainguard.detectors.hang import HangDetector, parse_rhythm
-from trainguard.detectors.ids import evidence_line
+from trainguard.detectors.ids import GpuNames, evidence_line, gpu_id
 from trainguard.detectors.incidents import INCIDENT_KINDS, Incidents, resolved, to_anomaly
 from trainguard.detectors.lifecycle import JOB_ENDED, JOB_RESTARTED, NODE_RETURNED, PROGRESS_RESUMED
 from trainguard.detectors.phases import phase_marker
@@ -222,7 +222,12 @@ class JobMonitor:
             return False
         return ts - last <= max(3.0 * (self.hang.interval() or 0.0), 15.0)
 
+    @property
+    def gpu_names(self) -> GpuNames:
+        return self.__dict__.setdefault("_gpu_names", GpuNames())  # (snapshots before 0.2 have none)
+
     def _gpu(self, sample: GpuSample) -> list[Anomaly]:
+        self.gpu_names.observe(sample.node, sample.gpu, sample.pci_bus_id)
         self.gpus.observe(sample)
         self.activity.observe(sample, self._stepping(float(sample.ts)))  # type: ignore[arg-type]
         return self._emit(self.health.observe(sample))
@@ -295,7 +300,7 @@ class JobMonitor:
         if odd:
             f.category, f.confidence = "slow_gpu", 0.75
             f.nodes = sorted({node for node, _ in odd})
-            f.gpus = [f"{node}/{gpu}" for node, gpu in odd]
+            f.gpus = [gpu_id(node, gpu) for node, gpu in odd]
             f.evidence.append(f"odd one out among the job's GPUs (clock, heat, power, throttling): {', '.join(f.gpus)}")
         return f
 
@@ -307,7 +312,7 @@ class JobMonitor:
         suspects = gone or idle
         if suspects:
             f.nodes = sorted({node for node, _ in suspects})
-            f.gpus = [f"{node}/{gpu}" for node, gpu in suspects]
+            f.gpus = [gpu_id(node, gpu) for node, gpu in suspects]
             f.confidence = max(f.confidence, 0.75)
             why = "stopped reporting" if gone else "idle while peers spin in NCCL kernels"
             f.evidence.append(f"GPU {', '.join(f.gpus)} {why}")
@@ -364,6 +369,8 @@ class JobMonitor:
         return found
 
     def _emit(self, findings: list[Finding]) -> list[Anomaly]:
+        for f in findings:
+            f.gpus = self.gpu_names.name(f.gpus)
         return self.incidents.emit(findings) if findings else []
 
 
@@ -394,6 +401,7 @@ class NodeMonitor:
                 self.gpus = GpuPeers(history=1)
                 self.health.forget_samples()
             self.gpus.observe(event)
+            self.gpu_names.observe(event.node, event.gpu, event.pci_bus_id)
             return [self._anomaly(f, event.job_id) for f in self.health.observe(event)]
         if isinstance(event, LogRecord):
             return [self._anomaly(f, event.job_id) for f in self.crash.observe(event)]
@@ -433,7 +441,12 @@ class NodeMonitor:
     def finished(self, watermark: float) -> bool:
         return self.last_ts is not None and watermark > self.last_ts + self.idle_evict_s and self.down is None
 
+    @property
+    def gpu_names(self) -> GpuNames:
+        return self.__dict__.setdefault("_gpu_names", GpuNames())
+
     def _anomaly(self, f: Finding, job_id: str | None) -> Anomaly:
+        f.gpus = self.gpu_names.name(f.gpus)
         if job_id is None and f.kind in ("crash", "gpu_degraded"):
             # No job runs here: the node itself is the problem to act on.
             f.kind = "node_unhealthy"

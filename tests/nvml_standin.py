@@ -65,6 +65,9 @@ class NvmlStandIn:
     def nvmlDeviceGetUUID(self, handle: int) -> str:
         return self.gpus[handle]["uuid"]
 
+    def nvmlDeviceGetPciInfo(self, handle: int) -> SimpleNamespace:
+        return SimpleNamespace(busId=f"00000000:{0x1B + 0x10 * handle:02X}:00.0".encode())  # bytes, as NVML returns
+
     def nvmlDeviceGetUtilizationRates(self, handle: int) -> SimpleNamespace:
         self.reads[handle] += 1  # the first call of each sample round
         return SimpleNamespace(gpu=self._gpu(handle, "util"), memory=0)

@@ -157,3 +157,20 @@ def test_signatures_and_parsers_on_a_few_real_formats():
     assert mega is not None and mega.step == 12695 and mega.step_time_s == 105.22 and mega.samples_per_s == 19.463
     assert parse_progress('{"step": 12, "tokens_per_s": 1500.5, "loss": 2.1}').tokens_per_s == 1500.5
     assert parse_progress('{"loss": 2.1}') is None
+
+
+def test_a_gpu_is_named_node_slash_index_everywhere_once_its_telemetry_gives_its_pci_address():
+    xid = "NVRM: Xid (PCI:0000:4b:00): 79, pid=1, GPU has fallen off the bus."
+    blind = JobMonitor("7")
+    (only_logs,) = blind.observe(log(100.0, xid, rank=None, node="n2"))
+    assert only_logs.gpus == ["n2/0000:4b:00"]  # no telemetry: the PCI address stands in for the index
+    mon = JobMonitor("7")
+    for gpu in range(4):
+        pci = f"00000000:{0x1B + 0x10 * gpu:02X}:00.0"  # NVML's form; gpu 3 is at 4B
+        mon.observe(GpuSample(ts=90.0, job_id="7", node="n2", gpu=gpu, pci_bus_id=pci, util_pct=99.0, power_w=500.0))
+    (named,) = mon.observe(log(100.0, xid, rank=None, node="n2"))
+    assert named.gpus == ["n2/3"] and any("PCI:0000:4b:00" in e for e in named.evidence)
+    node = NodeMonitor("n2")
+    node.observe(GpuSample(ts=90.0, node="n2", gpu=3, pci_bus_id="00000000:4B:00.0", util_pct=0.0))
+    (idle,) = node.observe(log(100.0, xid, rank=None, node="n2", job=None))
+    assert idle.gpus == ["n2/3"]

@@ -25,6 +25,11 @@ def test_samples_follow_the_wire_contract_and_unsupported_fields_are_null():
     assert first["ecc_sbe_total"] == 12 and first["ecc_dbe_total"] == 0 and first["throttle_reasons"] == 4
     assert second["remapped_rows_pending"] is None and second["nvlink_crc_total"] is None  # NotSupported
     assert third["remapped_rows_pending"] == 1 and third["ecc_dbe_total"] == 1
+    assert [r["pci_bus_id"] for r in (first, second, third)] == [
+        "00000000:1B:00.0",
+        "00000000:2B:00.0",
+        "00000000:3B:00.0",
+    ]
     import msgspec
 
     for _, record in records:  # every record decodes as the dataflow would decode it

@@ -11,8 +11,8 @@ with the user's name on every entry.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import base64
+import contextlib
 import hashlib
 import hmac
 import secrets

@@ -3,7 +3,7 @@
 No I/O here: each takes the policy and the scheduler's inventory as it stands.
 
 >>> from trainguard.actions.drivers import Inventory, NodeInfo
->>> from trainguard.detectors.events import Action
+>>> from trainguard.actions.records import Action
 >>> inv = Inventory(nodes={"n1": NodeInfo("n1", "idle", ("gpu",), drained=True)})
 >>> drain = Action(action_id="ac-1", anomaly_id="an-1", decided_at=0.0, action="drain_node", target="n1")
 >>> already_done(drain, inv)
@@ -20,7 +20,8 @@ from typing import Any
 
 from trainguard.actions.drivers import SAFE_JOB, SAFE_NODE, Inventory
 from trainguard.actions.policy import Mode, PolicyConfig
-from trainguard.detectors.events import Action, Anomaly
+from trainguard.actions.records import Action
+from trainguard.detectors.events import Anomaly
 
 NODE_ACTIONS = ("drain_node", "resume_node")
 JOB_ACTIONS = ("requeue_job", "hold_job", "release_job", "cancel_job")

@@ -10,7 +10,8 @@ carried out now otherwise — never repeated, never lost.
 
 >>> from trainguard.actions.drivers import DryRunDriver, Inventory, NodeInfo
 >>> from trainguard.actions.policy import PolicyConfig
->>> from trainguard.detectors.events import Action, Anomaly
+>>> from trainguard.detectors.events import Anomaly
+>>> from trainguard.actions.records import Action
 >>> inv = Inventory(nodes={f"n{i}": NodeInfo(f"n{i}", "idle", ("gpu",)) for i in range(20)})
 >>> driver = DryRunDriver(inv)
 >>> ex = ActionExecutor(PolicyConfig(mode="enforce"), driver)
@@ -38,8 +39,9 @@ from trainguard.actions.checks import already_done, invalid_target, mode_for, sh
 from trainguard.actions.commands import Attempt, CommandFailed
 from trainguard.actions.drivers import Inventory, SchedulerDriver, clean_reason
 from trainguard.actions.policy import Mode, PolicyConfig
+from trainguard.actions.records import Action
 from trainguard.actions.silences import Silence, Silences
-from trainguard.detectors.events import Action, Anomaly
+from trainguard.detectors.events import Anomaly
 
 TERMINAL_EVENTS = ("recommended", "applied", "failed", "suppressed", "rejected")
 

@@ -36,9 +36,10 @@ from typing import Any, Literal
 
 import msgspec
 
+from trainguard.actions.records import Action
 from trainguard.actions.silences import Silences
 from trainguard.detectors.describe import summary
-from trainguard.detectors.events import Action, Anomaly
+from trainguard.detectors.events import Anomaly
 
 __all__ = ["Delivery", "Notifier", "NotifySettings", "alertmanager_alert", "summary"]
 

@@ -38,7 +38,8 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from trainguard.detectors.events import Action, Anomaly
+from trainguard.actions.records import Action
+from trainguard.detectors.events import Anomaly
 from trainguard.detectors.ids import action_id
 from trainguard.detectors.xid import NODE_REMEDIES
 

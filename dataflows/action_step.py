@@ -22,10 +22,11 @@ from trainguard.actions.commands import CommandRunner
 from trainguard.actions.drivers import DryRunDriver, SchedulerDriver
 from trainguard.actions.executor import ActionExecutor
 from trainguard.actions.policy import Policy
+from trainguard.actions.records import Action
 from trainguard.actions.silences import Silences
 from trainguard.dataflows import metrics
 from trainguard.dataflows.config import SchedulerSettings, Settings
-from trainguard.detectors.events import Action, Anomaly
+from trainguard.detectors.events import Anomaly
 from trainguard.detectors.lifecycle import is_false_alarm
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from bytewax.outputs import FixedPartitionedSink, StatefulSinkPartition
 
-from trainguard.detectors.events import Action, Anomaly, DeadLetter
+from trainguard.actions.records import Action
+from trainguard.detectors.events import Anomaly, DeadLetter
 from trainguard.detectors.lifecycle import latest_records
 
 _TS = pa.timestamp("us", tz="UTC")

@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from trainguard.actions.audit import read_entries
+from trainguard.actions.records import Action
 from trainguard.dataflows.archive import flush_open_archives
 from trainguard.dataflows.cli_audit import register as register_audit_command
 from trainguard.dataflows.cli_common import (
@@ -45,7 +46,7 @@ from trainguard.dataflows.logimport import LogImportError, import_logs
 from trainguard.dataflows.publisher import RecordPublisher
 from trainguard.dataflows.replay import ReplayError, ReplaySource, count_records
 from trainguard.dataflows.replay_shards import ShardedReplaySource
-from trainguard.detectors.events import Action, Anomaly, DeadLetter
+from trainguard.detectors.events import Anomaly, DeadLetter
 from trainguard.detectors.lenient import FIELD_WARNINGS
 from trainguard.detectors.lifecycle import is_false_alarm
 

@@ -15,8 +15,9 @@ from typing import Any
 
 import msgspec
 
+from trainguard.actions.records import Action
 from trainguard.dataflows.archive import epoch_times
-from trainguard.detectors.events import Action, Anomaly
+from trainguard.detectors.events import Anomaly
 from trainguard.detectors.lifecycle import latest_records
 
 PROGRESS_BUCKETS = 360  # 10 s buckets: one hour of a job's timeline

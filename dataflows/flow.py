@@ -32,6 +32,7 @@ from bytewax.outputs import DynamicSink, StatelessSinkPartition
 
 from trainguard.actions.executor import ActionExecutor
 from trainguard.actions.policy import Policy
+from trainguard.actions.records import Action
 from trainguard.dataflows import metrics
 from trainguard.dataflows.action_step import ActionLogic, PolicyLogic, make_executor
 from trainguard.dataflows.archive import ParquetArchiveSink
@@ -43,7 +44,6 @@ from trainguard.dataflows.snapshots import restore
 from trainguard.detectors.describe import described
 from trainguard.detectors.events import (
     TOPICS,
-    Action,
     Anomaly,
     DeadLetter,
     Event,

@@ -21,10 +21,11 @@ from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from trainguard.actions.records import Action
 from trainguard.dataflows.config import ConfigError, KafkaSettings
 from trainguard.dataflows.records import RawRecord
 from trainguard.dataflows.replay import merged_records
-from trainguard.detectors.events import TOPICS, Action, Anomaly, DeadLetter
+from trainguard.detectors.events import TOPICS, Anomaly, DeadLetter
 
 
 class InputTopics(NamedTuple):

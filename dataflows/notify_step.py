@@ -19,9 +19,10 @@ from bytewax.outputs import DynamicSink, StatelessSinkPartition
 
 from trainguard.actions.audit import AuditLog
 from trainguard.actions.notify import Delivery, Notifier, NotifySettings
+from trainguard.actions.records import Action
 from trainguard.actions.silences import Silences
 from trainguard.dataflows import metrics
-from trainguard.detectors.events import Action, Anomaly
+from trainguard.detectors.events import Anomaly
 
 __all__ = ["NotifySink"]
 

@@ -24,12 +24,15 @@ from typing import Any
 __all__ = ["restore"]
 
 _FORMER_ROOTS = frozenset({"dataflows", "detectors", "actions", "datasets"})
+# Classes that moved between modules since (the contract's Action went to the actions package).
+_MOVED = {("trainguard.detectors.events", "Action"): ("trainguard.actions.records", "Action")}
 
 
 class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if module.partition(".")[0] in _FORMER_ROOTS:
             module = f"trainguard.{module}"
+        module, name = _MOVED.get((module, name), (module, name))
         return super().find_class(module, name)
 
 

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import msgspec
 
-from trainguard.detectors.events import Action, Anomaly
+from trainguard.actions.records import Action
+from trainguard.detectors.events import Anomaly
 from trainguard.detectors.signatures import family_of
 
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "real-log-corpus"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -234,6 +234,18 @@ def _lenient(topic: str, raw: bytes) -> Event:
 # ---------------------------------------------------------------- outputs
 
 
+# The output contract's version: bumped whenever an output record changes shape or meaning
+# (docs/schemas/ holds the JSON Schema of every version's records; a test checks both).
+SCHEMA_VERSION = 2
+
+Kind = Literal["crash", "hang", "straggler", "imbalance", "numerics", "gpu_degraded", "node_unhealthy"]
+Layer = Literal["hardware", "system", "application", "unknown"]
+Severity = Literal["info", "warning", "critical"]
+# Categories are open-ended (the signature catalogue grows; every Xid code has its own), so
+# they are a pattern, not a list: lowercase words and digits.
+Category = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9_]+$")]
+
+
 class Anomaly(msgspec.Struct, kw_only=True, gc=False):
     """An anomaly, open or resolved.
 
@@ -247,9 +259,9 @@ class Anomaly(msgspec.Struct, kw_only=True, gc=False):
     anomaly_id: str
     detected_at: float
     onset_ts: float | None = None
-    kind: str
-    category: str
-    layer: str = "unknown"
+    kind: Kind
+    category: Category
+    layer: Layer = "unknown"
     transient: bool | None = None
     job_id: str | None = None
     nodes: list[str] = []
@@ -257,29 +269,17 @@ class Anomaly(msgspec.Struct, kw_only=True, gc=False):
     gpus: list[str] = []
     confidence: float = 0.5
     evidence: list[str] = []
-    severity: Literal["info", "warning", "critical"] = "critical"
+    severity: Severity = "critical"
     remedy: str | None = None
     resolved_at: float | None = None
     resolution: str | None = None
     summary: str = ""  # one line for people (see detectors.describe)
     runbook_url: str | None = None
+    schema_version: int = SCHEMA_VERSION
 
     @property
     def resolved(self) -> bool:
         return self.resolved_at is not None
-
-
-class Action(msgspec.Struct, kw_only=True, gc=False):
-    action_id: str
-    anomaly_id: str
-    decided_at: float
-    action: str
-    target: str
-    params: dict[str, str] = {}
-    mode: Literal["monitor", "enforce"] = "monitor"
-    status: Literal["recommended", "applied", "failed", "suppressed", "rejected"] = "recommended"
-    reason: str = ""
-    applied_at: float | None = None
 
 
 class Tick(msgspec.Struct, frozen=True, gc=False):

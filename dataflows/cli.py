@@ -19,6 +19,7 @@ from rich.table import Table
 
 from trainguard.actions.audit import read_entries
 from trainguard.actions.records import Action
+from trainguard.dataflows import pipeline
 from trainguard.dataflows.archive import flush_open_archives
 from trainguard.dataflows.cli_audit import register as register_audit_command
 from trainguard.dataflows.cli_common import (
@@ -193,26 +194,6 @@ class RunReport:
             console.print(f"Parquet archive: [bold]{archive}[/] (anomalies/, actions/, dead_letter/)")
 
 
-def _run(flow: Any, workers: int, recovery: Path | None = None, snapshot_s: float = 10.0) -> None:
-    from datetime import timedelta
-
-    from bytewax._bytewax import cli_main
-    from bytewax.recovery import RecoveryConfig, init_db_dir
-    from bytewax.testing import run_main
-
-    recovery_config = None
-    if recovery is not None:
-        if not any(recovery.glob("part-*.sqlite3")):
-            recovery.mkdir(parents=True, exist_ok=True)
-            init_db_dir(recovery, 1)
-        recovery_config = RecoveryConfig(recovery)
-    epoch = timedelta(seconds=snapshot_s)
-    if workers == 1:
-        run_main(flow, epoch_interval=epoch, recovery_config=recovery_config)
-    else:
-        cli_main(flow, workers_per_process=workers, epoch_interval=epoch, recovery_config=recovery_config)
-
-
 def _replay(
     directory: Path,
     out: Path | None,
@@ -253,7 +234,7 @@ def _replay(
         with Progress(*columns, console=console, transient=True, disable=quiet) as progress:
             task = progress.add_task("replay", total=total)
             source.on_progress = lambda n: progress.advance(task, n)
-            _run(build_flow(source, settings, report.outputs(out)), workers)
+            pipeline.run(build_flow(source, settings, report.outputs(out)), workers)
     elapsed = time.perf_counter() - started
     if not quiet:
         console.print(f"replayed {total} records in {elapsed:.2f}s ({total / max(elapsed, 1e-9):,.0f} records/s)")
@@ -308,18 +289,17 @@ def demo(
     report = _replay(DEMO_DIR, out, None, None, 1, quiet=False, audit_log=audit_log)
     report.print_summary(out, audit_log if had_audit else None)
     console.print(f"Audit log: [bold]{audit_log}[/]; explain an anomaly: trainguard explain ID --archive {out}")
-    from trainguard.datasets.scenario import iter_labels
+    from trainguard.datasets.scoring import fault_table, load_labels
 
-    faults = [lab for lab in iter_labels(DEMO_DIR / "labels.jsonl") if lab["kind"] != "benign"]
-
-    def matches(a: Anomaly, fault: dict) -> bool:
-        same_place = not fault["nodes"] or bool(set(a.nodes) & set(fault["nodes"]))
-        return a.job_id == fault["job_id"] and a.kind == fault["kind"] and same_place
-
-    found = [f for f in faults if any(matches(a, f) for a in report.anomalies)]
+    # The scorer's own matching rule (place, kind, time window), as `trainguard score` applies it.
+    labels = load_labels(DEMO_DIR / "labels.jsonl")
+    rows = fault_table(labels, [msgspec.to_builtins(a) for a in report.anomalies])
+    nodes = {lab["fault_id"]: lab["nodes"] for lab in labels}
+    found = [r for r in rows if r["detected"]]
+    faults = rows
     console.print(
         f"Found {len(found)} of the {len(faults)} labelled faults: "
-        + ", ".join(f"{f['kind']} on {', '.join(f['nodes']) or 'job ' + str(f['job_id'])}" for f in found)
+        + ", ".join(f"{r['kind']} on {', '.join(nodes[r['fault_id']]) or 'job ' + str(r['job_id'])}" for r in found)
     )
     if len(found) != len(faults):
         raise typer.Exit(1)
@@ -354,8 +334,7 @@ def run(
     snapshot_s: Annotated[float, typer.Option(min=0.1, help="Seconds between snapshots (Bytewax epochs).")] = 10.0,
 ) -> None:
     """Run live against Kafka: consume the input topics, publish anomalies and actions."""
-    from trainguard.dataflows.flow import build_flow
-    from trainguard.dataflows.kafka_io import KafkaRecordMapper, LagMonitor, StoppableSource, check_topics, kafka_source
+    from trainguard.dataflows.kafka_io import LagMonitor
 
     settings = settings_from(config)
     if brokers:
@@ -367,11 +346,13 @@ def run(
                 f"--topic {mapping!r} must look like STREAM=TOPIC with STREAM one of logs, progress, gpu, scheduler."
             )
         settings.kafka.topics[stream] = name
+    report = RunReport(echo=True)
+    stopping = threading.Event()
     try:
-        inputs = check_topics(settings.kafka)
+        live = pipeline.live_flow(settings, report.outputs(out, kafka=True), stopping)
     except ConfigError as exc:
         raise fail(str(exc)) from None
-    report = RunReport(echo=True)
+    inputs = live.inputs
     server = None
     if metrics_port:
         from trainguard.dataflows.metrics import MetricsServer
@@ -388,17 +369,7 @@ def run(
         f"consuming {', '.join(inputs.topics)} from {','.join(settings.kafka.brokers)}; "
         f"publishing to {settings.kafka.anomalies_topic}, {settings.kafka.actions_topic}"
     )
-    mapper = KafkaRecordMapper(settings.kafka)
-    stopping = threading.Event()
-    flow = build_flow(
-        StoppableSource(kafka_source(settings.kafka, inputs.topics), stopping),
-        settings,
-        report.outputs(out, kafka=True),
-        live=True,
-        record_mapper=mapper,
-        clock_partitions=inputs.clock_partitions,
-    )
-    lag = LagMonitor(settings.kafka, mapper, inputs.topics) if server is not None and workers == 1 else None
+    lag = LagMonitor(settings.kafka, live.mapper, inputs.topics) if server is not None and workers == 1 else None
 
     def stop(signum: int, frame: object) -> None:
         # A service manager's stop is a clean stop: end the input, so the flow releases what it holds
@@ -410,7 +381,7 @@ def run(
 
     signal.signal(signal.SIGTERM, stop)
     try:
-        _run(flow, workers, recovery, snapshot_s)
+        pipeline.run(live.flow, workers, recovery, snapshot_s)
     except KeyboardInterrupt:
         pass
     except Exception:
@@ -627,23 +598,20 @@ def ship_logs(
     """Follow growing log files and publish their lines to the logs topic (at least once, resumable)."""
     import socket
 
-    from confluent_kafka import Producer
-
     from trainguard.dataflows.shipper import LogTailer
 
     settings = kafka_settings(config, brokers)
     tailer = LogTailer(paths, state, node=node or socket.gethostname().split(".")[0], job_id=job)
-    producer = Producer({"bootstrap.servers": ",".join(settings.kafka.brokers), **settings.kafka.extra})
+    publisher = RecordPublisher(settings, None)  # the producer every agent shares
     topic = settings.kafka.topic_for("logs")
-    enc = msgspec.json.Encoder()
     shipped = 0
     try:
         while True:
             records = tailer.poll()
             for record in records:
-                producer.produce(topic, enc.encode(record), key=(record["job_id"] or record["node"]).encode())
+                publisher.publish("logs", record, key=record["job_id"] or record["node"])
             if records:
-                if producer.flush(30) > 0:
+                if publisher.flush(30) > 0:
                     raise fail(
                         f"the brokers did not confirm delivery within 30s; offsets kept at the last "
                         f"confirmed line ({','.join(settings.kafka.brokers)})."

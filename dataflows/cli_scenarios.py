@@ -285,7 +285,7 @@ def prepare_scenarios(
 
 def evaluate_settings(settings: Settings, scenarios: list[tuple[Path, list[dict[str, Any]]]]) -> dict[str, Any]:
     """Replay every scenario with ``settings`` and score them together."""
-    from trainguard.dataflows.flow import replay_in_process
+    from trainguard.dataflows.pipeline import replay_in_process
     from trainguard.datasets.scoring import Scorer
 
     scorer = Scorer()

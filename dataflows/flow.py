@@ -394,40 +394,10 @@ def from_env() -> Dataflow:
     ``TRAINGUARD_CONFIG`` (YAML), ``TRAINGUARD_BROKERS`` (comma-separated) and
     ``TRAINGUARD_OUT`` (archive directory) are read.
     """
-    from trainguard.dataflows.kafka_io import KafkaRecordMapper, check_topics, kafka_source
+    from trainguard.dataflows.pipeline import live_flow
 
     settings = load_settings(os.environ.get("TRAINGUARD_CONFIG"))
     if os.environ.get("TRAINGUARD_BROKERS"):
         settings.kafka.brokers = os.environ["TRAINGUARD_BROKERS"].split(",")
-    inputs = check_topics(settings.kafka)
     out = os.environ.get("TRAINGUARD_OUT")
-    return build_flow(
-        kafka_source(settings.kafka, inputs.topics),
-        settings,
-        Outputs(archive=Path(out) if out else None, kafka=True),
-        live=True,
-        record_mapper=KafkaRecordMapper(settings.kafka),
-        clock_partitions=inputs.clock_partitions,
-    )
-
-
-def replay_in_process(
-    directory: Path,
-    settings: Settings | None = None,
-    archive: Path | None = None,
-    speed: float | None = None,
-    live: bool = False,
-) -> tuple[list[Anomaly], list[Action], list[DeadLetter]]:
-    """Run the real dataflow over a replay directory in this process and return its outputs."""
-    from bytewax.testing import run_main
-
-    from trainguard.dataflows.replay import ReplaySource
-
-    anomalies: list[Anomaly] = []
-    actions: list[Action] = []
-    dead: list[DeadLetter] = []
-    outputs = Outputs(
-        archive=archive, on_anomalies=anomalies.extend, on_actions=actions.extend, on_dead_letters=dead.extend
-    )
-    run_main(build_flow(ReplaySource(directory, speed=speed), settings or Settings(), outputs, live=live))
-    return anomalies, actions, dead
+    return live_flow(settings, Outputs(archive=Path(out) if out else None, kafka=True)).flow

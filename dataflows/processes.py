@@ -62,7 +62,7 @@ def _forwarder(channel: Any, name: str) -> Callable[[list[Any]], None]:
 def _child(
     build: Callable[[Outputs], Dataflow], outputs: Outputs, index: int, addresses: list[str], channel: Any
 ) -> None:
-    from bytewax._bytewax import cli_main
+    from bytewax.testing import cluster_main
 
     try:
         child_outputs = dataclasses.replace(
@@ -71,7 +71,7 @@ def _child(
             on_actions=_forwarder(channel, "actions") if outputs.on_actions else None,
             on_dead_letters=_forwarder(channel, "dead_letters") if outputs.on_dead_letters else None,
         )
-        cli_main(build(child_outputs), process_id=index, addresses=addresses, workers_per_process=1)
+        cluster_main(build(child_outputs), addresses, index, worker_count_per_proc=1)
     except BaseException as exc:  # reported to the parent, which raises
         channel.put((_DONE, f"worker process {index} failed: {type(exc).__name__}: {exc}"))
         raise SystemExit(1) from None

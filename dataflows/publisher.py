@@ -33,11 +33,11 @@ class RecordPublisher:
                 self.settings.kafka.topic_for(topic), payload, key=key.encode() if key is not None else None
             )
 
-    def flush(self) -> None:
+    def flush(self, timeout_s: float = 10.0) -> int:
+        """Write out what was published; the number of records the brokers have not confirmed yet."""
         if self._file is not None:
             self._file.flush()
-        if self._producer is not None:
-            self._producer.flush(10)
+        return self._producer.flush(timeout_s) if self._producer is not None else 0
 
     def close(self) -> None:
         self.flush()

@@ -98,9 +98,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="runs of each configuration; the median is printed")
     args = parser.parse_args()
 
-    from trainguard.dataflows.cli import _run as run_threads
     from trainguard.dataflows.config import Settings
     from trainguard.dataflows.flow import Outputs, build_flow
+    from trainguard.dataflows.pipeline import run as run_threads
     from trainguard.dataflows.processes import run_processes
     from trainguard.dataflows.replay import ReplaySource, count_records, merged_events
     from trainguard.dataflows.replay_shards import ShardedReplaySource

@@ -118,7 +118,7 @@ def write_replay(excerpts: list[Excerpt], directory: Path, gap_s: float = 0.0) -
 
 def evaluate(path: Path, gap_s: float = 0.0) -> list[ExcerptOutcome]:
     """Replay every excerpt of ``path`` through the real dataflow and score each."""
-    from trainguard.dataflows.flow import replay_in_process
+    from trainguard.dataflows.pipeline import replay_in_process
 
     excerpts = load(path)
     with tempfile.TemporaryDirectory() as tmp:

@@ -94,7 +94,7 @@ def _p99(histogram: Any) -> float | None:
 
 
 def main() -> None:
-    from bytewax.testing import run_main
+    from trainguard.dataflows.pipeline import run
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hours", type=int, default=24)
@@ -111,7 +111,7 @@ def main() -> None:
     started = time.monotonic()
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    run_main(build_flow(source, Settings(), Outputs(on_anomalies=anomalies.extend)))
+    run(build_flow(source, Settings(), Outputs(on_anomalies=anomalies.extend)))
     done.set()
     elapsed = time.monotonic() - started
     events = source.counter[0]

@@ -14,7 +14,7 @@ from tests.slurm_cluster import start as start_slurm
 from tests.slurm_cluster import stop as stop_slurm
 from trainguard.actions.records import Action
 from trainguard.dataflows.config import Settings
-from trainguard.dataflows.flow import replay_in_process
+from trainguard.dataflows.pipeline import replay_in_process
 from trainguard.dataflows.tansu import Broker, stop_process, tansu_binary
 from trainguard.dataflows.tansu import start_tansu as _start_tansu
 from trainguard.detectors.events import Anomaly, DeadLetter

@@ -159,14 +159,13 @@ def test_missing_replay_directory_is_one_clear_sentence(tmp_path: Path):
 
 
 def test_two_workers_find_the_same_anomalies(demo_result: RunResult):
-    from bytewax._bytewax import cli_main
-
+    from trainguard.dataflows import pipeline
     from trainguard.dataflows.config import Settings
     from trainguard.dataflows.flow import Outputs, build_flow
     from trainguard.dataflows.replay import ReplaySource
 
     found: list = []
-    cli_main(build_flow(ReplaySource(DEMO_DIR), Settings(), Outputs(on_anomalies=found.extend)), workers_per_process=2)
+    pipeline.run(build_flow(ReplaySource(DEMO_DIR), Settings(), Outputs(on_anomalies=found.extend)), workers=2)
     assert sorted(a.anomaly_id for a in found) == sorted(a.anomaly_id for a in demo_result.stream)
 
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import bytewax.operators as op
 import pytest
-from bytewax._bytewax import cli_main
 from bytewax.dataflow import Dataflow
 from bytewax.inputs import DynamicSource, StatelessSourcePartition
 from bytewax.operators import StatefulBatchLogic
@@ -15,6 +14,7 @@ from bytewax.operators import StatefulBatchLogic
 from tests.conftest import DEMO_DIR, replay, summary
 from trainguard.dataflows.config import Settings
 from trainguard.dataflows.flow import Outputs, build_flow
+from trainguard.dataflows.pipeline import run
 from trainguard.dataflows.placement import key_on_worker, worker_of
 from trainguard.dataflows.processes import WorkerProcessError, run_processes
 from trainguard.dataflows.records import Routed
@@ -49,7 +49,7 @@ def test_shards_change_nothing_on_one_worker(shards: int, scenario: Path):
 def test_two_workers_with_two_shards_match_one(scenario: Path):
     anomalies: list[Anomaly] = []
     flow = build_flow(ReplaySource(scenario), sharded(2), Outputs(on_anomalies=anomalies.extend))
-    cli_main(flow, workers_per_process=2)
+    run(flow, workers=2)
     assert summary(anomalies) == summary(replay(scenario).stream)
 
 
@@ -129,7 +129,7 @@ def test_bytewax_gives_each_key_to_the_worker_placement_predicts(workers: int):
     flow = Dataflow("placement")
     kept = op.stateful_batch("keep", op.input("in", flow, Source()), lambda _: _Remember(threads))
     op.inspect("sink", kept, lambda *_: None)
-    cli_main(flow, workers_per_process=workers)
+    run(flow, workers=workers)
     worker_of_thread = {threads[f"worker {w}"]: w for w in range(workers)}
     placed = {key: worker_of_thread[threads[key]] for key in keys}
     assert placed == {key: worker_of(key, workers) for key in keys}

@@ -1,0 +1,116 @@
+"""One way to build and run trainguard's flow: live from Kafka, a replay, or in-process.
+
+The CLI, ``python -m bytewax.run "trainguard.dataflows.flow:from_env()"``, the benchmarks,
+the soaks, the notebooks and the tests all go through these functions, which use Bytewax's
+public API only (``bytewax.testing.run_main`` / ``cluster_main`` run a flow in this process).
+
+>>> from trainguard.dataflows.cli_common import DEMO_DIR
+>>> found = replay_in_process(DEMO_DIR)
+>>> sorted({a.kind for a in found.anomalies})
+['crash', 'hang', 'node_unhealthy', 'straggler']
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+from bytewax.dataflow import Dataflow
+from bytewax.recovery import RecoveryConfig, init_db_dir
+from bytewax.testing import cluster_main, run_main
+
+from trainguard.actions.records import Action
+from trainguard.dataflows.config import Settings
+from trainguard.dataflows.flow import Outputs, build_flow
+from trainguard.dataflows.kafka_io import InputTopics, KafkaRecordMapper
+from trainguard.detectors.events import Anomaly, DeadLetter
+
+__all__ = ["Collected", "LiveFlow", "live_flow", "replay_flow", "replay_in_process", "run"]
+
+
+@dataclass
+class Collected:
+    """What an in-process run produced, in output order (anomaly records include resolutions)."""
+
+    anomalies: list[Anomaly] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+
+    def __iter__(self):
+        return iter((self.anomalies, self.actions, self.dead_letters))
+
+
+@dataclass
+class LiveFlow:
+    """The live flow and what its callers watch: the record mapper (lag) and the input topics."""
+
+    flow: Dataflow
+    mapper: KafkaRecordMapper
+    inputs: InputTopics
+
+
+def live_flow(settings: Settings, outputs: Outputs, stopping: threading.Event | None = None) -> LiveFlow:
+    """The flow over the Kafka input topics (``ConfigError`` when none can be found).
+
+    ``stopping``: set it to end the input cleanly (a SIGTERM): held lines are released and
+    the sinks flushed before the run returns.
+    """
+    from trainguard.dataflows.kafka_io import StoppableSource, check_topics, kafka_source
+
+    inputs = check_topics(settings.kafka)
+    mapper = KafkaRecordMapper(settings.kafka)
+    source = kafka_source(settings.kafka, inputs.topics)
+    flow = build_flow(
+        StoppableSource(source, stopping) if stopping is not None else source,
+        settings,
+        outputs,
+        live=True,
+        record_mapper=mapper,
+        clock_partitions=inputs.clock_partitions,
+    )
+    return LiveFlow(flow, mapper, inputs)
+
+
+def replay_flow(
+    directory: Path, settings: Settings, outputs: Outputs, speed: float | None = None, live: bool = False
+) -> Dataflow:
+    """The flow over a replay directory (``ReplayError`` when it holds nothing readable)."""
+    from trainguard.dataflows.replay import ReplaySource
+
+    return build_flow(ReplaySource(directory, speed=speed), settings, outputs, live=live)
+
+
+def run(flow: Dataflow, workers: int = 1, recovery: Path | None = None, snapshot_s: float = 10.0) -> None:
+    """Run ``flow`` in this process on ``workers`` worker threads, snapshotting to ``recovery`` if given."""
+    recovery_config = None
+    if recovery is not None:
+        if not any(recovery.glob("part-*.sqlite3")):
+            recovery.mkdir(parents=True, exist_ok=True)
+            init_db_dir(recovery, 1)
+        recovery_config = RecoveryConfig(recovery)
+    epoch = timedelta(seconds=snapshot_s)
+    if workers == 1:
+        run_main(flow, epoch_interval=epoch, recovery_config=recovery_config)
+    else:
+        cluster_main(flow, [], 0, epoch_interval=epoch, recovery_config=recovery_config, worker_count_per_proc=workers)
+
+
+def replay_in_process(
+    directory: Path,
+    settings: Settings | None = None,
+    archive: Path | None = None,
+    speed: float | None = None,
+    live: bool = False,
+) -> Collected:
+    """Replay ``directory`` through the real flow in this process and collect its outputs (tests, notebooks)."""
+    out = Collected()
+    outputs = Outputs(
+        archive=archive,
+        on_anomalies=out.anomalies.extend,
+        on_actions=out.actions.extend,
+        on_dead_letters=out.dead_letters.extend,
+    )
+    run(replay_flow(directory, settings or Settings(), outputs, speed=speed, live=live))
+    return out

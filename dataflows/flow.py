@@ -71,8 +71,8 @@ class RouterLogic(StatefulBatchLogic[Routed | DeadLetter, tuple[str, Any], bytes
     def on_batch(self, values: list[Routed | DeadLetter]) -> tuple[list[tuple[str, Any]], bool]:
         started = time.perf_counter()
         wall = time.time() if self.live else None
-        dead = [(DEAD, v) for v in values if type(v) is not tuple]  # refused by the decoder: pass them on
-        out = self.router.route_batch([v for v in values if type(v) is tuple] if dead else values, wall)  # type: ignore[arg-type]
+        dead = [(DEAD, v) for v in values if type(v) is DeadLetter]  # refused by the decoder: pass them on
+        out = self.router.route_batch([v for v in values if type(v) is not DeadLetter] if dead else values, wall)  # type: ignore[arg-type]
         if dead:
             out = dead + out
         self._observe(started, wall)
@@ -211,7 +211,7 @@ def _decode_batch(batch: list[RawRecord | Routed | DeadLetter]) -> list[tuple[st
     out: list[tuple[str, Routed | DeadLetter]] = []
     events: list[str] = []
     for rec in batch:
-        if type(rec) is tuple:  # already decoded by the source (replay)
+        if type(rec) is Routed:  # already decoded by the source (replay)
             out.append(("router", rec))
             events.append(TOPICS[rec[1][0]])
             continue
@@ -223,7 +223,10 @@ def _decode_batch(batch: list[RawRecord | Routed | DeadLetter]) -> list[tuple[st
             out.append(("router", event))
         else:
             out.append(
-                ("router", (rec.clock, (_TOPIC_ORDER.get(rec.topic, 9), rec.partition, rec.offset), event, rec.payload))
+                (
+                    "router",
+                    Routed(rec.clock, (_TOPIC_ORDER.get(rec.topic, 9), rec.partition, rec.offset), event, rec.payload),
+                )
             )
             events.append(rec.topic)
     metrics.count_by(metrics.EVENTS, ((topic,) for topic in events))
@@ -239,12 +242,12 @@ def _sharder(shards: int) -> Callable[[list[tuple[str, Routed | DeadLetter]]], l
         out: list[tuple[str, Any]] = []
         progress: dict[str, float] = {}
         for _, rec in batch:
-            if type(rec) is not tuple:
+            if type(rec) is DeadLetter:
                 out.append((keys[0], rec))  # a dead letter: reported once
                 continue
-            event = rec[2]  # type: ignore[index]
-            if event.ts > progress.get(rec[0], -math.inf):  # type: ignore[operator]
-                progress[rec[0]] = event.ts  # type: ignore[assignment]
+            event = rec.event
+            if event.ts > progress.get(rec.clock, -math.inf):  # type: ignore[operator]
+                progress[rec.clock] = event.ts  # type: ignore[assignment]
             if is_broadcast(event):
                 out.extend((key, rec) for key in keys)
             else:
@@ -252,7 +255,7 @@ def _sharder(shards: int) -> Callable[[list[tuple[str, Routed | DeadLetter]]], l
         # Heartbeats last: each shard learns its index, and how far every stream got — after
         # the records they cover, so a batch split in transit never moves a clock past them.
         out.extend(
-            (keys[i], (clock, (9, 0, 0), Heartbeat(ts, i, shards), None))
+            (keys[i], Routed(clock, (9, 0, 0), Heartbeat(ts, i, shards), None))
             for clock, ts in progress.items()
             for i in range(shards)
         )

@@ -19,5 +19,10 @@ class RawRecord(NamedTuple):
     clock: str
 
 
-# What the router takes: (clock partition, tie-break order, event, original bytes).
-Routed = tuple[str, tuple[int, int, int], Event, bytes]
+class Routed(NamedTuple):
+    """A decoded record on its way to the router (a tuple: cheap to build, and what older snapshots hold)."""
+
+    clock: str  # the ordered stream it belongs to, for the watermark
+    order: tuple[int, int, int]  # tie-break among equal timestamps: (topic index, partition, offset)
+    event: Event
+    payload: bytes | None  # the original bytes, for a dead letter if the router refuses it (None: a heartbeat)

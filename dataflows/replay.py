@@ -255,7 +255,7 @@ def merged_events(directory: Path) -> Iterator[tuple[float, Routed | DeadLetter]
     """Every record decoded, in event-time order: ``(clock, order, event, payload)`` or a dead letter."""
     for window in _merge([_topic_chunks(t, fs, decoded=True) for t, fs in topic_files(directory).items()]):
         yield from [
-            (key, item if type(item) is DeadLetter else (REPLAY_CLOCK, (order, 0, offset), item, payload))
+            (key, item if type(item) is DeadLetter else Routed(REPLAY_CLOCK, (order, 0, offset), item, payload))
             for key, order, offset, item, payload in window
         ]
 

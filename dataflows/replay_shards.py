@@ -56,7 +56,7 @@ def shard_events(directory: Path, shard: int, shards: int) -> Iterator[tuple[flo
                     owner = owners[job] = shard_of(job, shards)
                 if owner != shard:
                     continue
-            kept.append((key, (REPLAY_CLOCK, (order, 0, offset), event, payload)))
+            kept.append((key, Routed(REPLAY_CLOCK, (order, 0, offset), event, payload)))
         if not kept or kept[-1][0] != window[-1][0]:
             kept.append((window[-1][0], None))  # how far the whole stream got
         yield from kept

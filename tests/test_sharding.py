@@ -156,7 +156,7 @@ def test_each_record_of_a_replay_is_kept_by_the_shard_that_routes_it(shards: int
     # and each router keeps all it was given: nothing refused as another shard's
     for shard in range(shards):
         router = Router(RouterSettings(shards=shards))
-        items = [item for item in kept[shard] if type(item) is tuple]
+        items = [item for item in kept[shard] if type(item) is Routed]
         router.route_batch([("replay/0", (9, 0, 0), Heartbeat(items[0][2].ts, shard, shards, False), None), *items])
         router.finish()
         assert router.misrouted == 0

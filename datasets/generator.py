@@ -7,7 +7,7 @@ scheduled inside the chunk push their log lines and scheduler events (some of th
 minutes in the future) onto a small heap. Whatever falls before the end of the
 chunk is written out, so memory holds one chunk, not the scenario.
 
-Physics (DESIGN.md): ranks of a synchronous job share one step time; a slow GPU
+Physics (docs/architecture.md, "Failure physics"): ranks of a synchronous job share one step time; a slow GPU
 raises every rank's step time and only its own compute time and metrics give it
 away; a hang is silence, with the culprit GPU idle while its peers spin in NCCL
 kernels, and the NCCL watchdog speaks ten minutes later; one crash makes every rank

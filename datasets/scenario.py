@@ -1,6 +1,6 @@
 """A small labelled cluster scenario: the bundled demo and the test fixture.
 
-It follows the failure physics of DESIGN.md: ranks of a synchronous job share
+It follows the failure physics of docs/architecture.md ("Failure physics"): ranks of a synchronous job share
 one step time, only rank 0 prints Megatron iteration lines, a slow GPU shows up
 as a job-wide step-time rise that only per-rank compute time and GPU metrics
 localise, a hang is silence (the NCCL watchdog speaks ten minutes later), and a

@@ -21,11 +21,12 @@ from typing import Any
 from trainguard.actions.drivers import SAFE_JOB, SAFE_NODE, Inventory
 from trainguard.actions.policy import Mode, PolicyConfig
 from trainguard.actions.records import Action
+from trainguard.detectors import job_states
 from trainguard.detectors.events import Anomaly
 
 NODE_ACTIONS = ("drain_node", "resume_node")
 JOB_ACTIONS = ("requeue_job", "hold_job", "release_job", "cancel_job")
-FINISHED_JOB_STATES = ("CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
+FINISHED_JOB_STATES = job_states.FINISHED
 
 
 def mode_for(config: PolicyConfig, action: Action, anomaly: Anomaly, inventory: Inventory | None) -> Mode:

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
-from trainguard.actions.commands import Attempt
+import msgspec
+
+from trainguard.actions.commands import Attempt, CommandRunner
 
 # What a scheduler accepts as a node name or job id; anything else never reaches a command.
 SAFE_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -127,3 +129,42 @@ class DryRunDriver:
 
     def cancel_job(self, job_id: str) -> tuple[Attempt, ...]:
         return self._record("cancel_job", job_id)
+
+
+# ---------------------------------------------------------------- configuration
+
+
+class SchedulerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Which scheduler the action sink may act on, and how its commands are run."""
+
+    driver: Literal["none", "dry-run", "slurm", "kubernetes"] = "none"
+    ssh_host: str | None = None  # run the Slurm tools on this host (ssh -o BatchMode=yes)
+    bin_dir: str | None = None  # where the Slurm tools are (default: PATH)
+    timeout_s: float = 30.0
+    attempts: int = 3
+    backoff_s: float = 1.0
+    namespace: str = "default"  # Kubernetes
+    kube_context: str | None = None
+
+
+def make_driver(settings: SchedulerSettings) -> SchedulerDriver | None:
+    """The scheduler driver the settings ask for (``None``: recommendations only)."""
+    runner = CommandRunner(
+        timeout_s=settings.timeout_s,
+        attempts=settings.attempts,
+        backoff_s=settings.backoff_s,
+        ssh_host=settings.ssh_host,
+        bin_dir=settings.bin_dir,
+    )
+    match settings.driver:
+        case "slurm":
+            from trainguard.actions.slurm import SlurmDriver
+
+            return SlurmDriver(runner, pending_wait_s=settings.timeout_s)
+        case "kubernetes":
+            from trainguard.actions.kubernetes import KubernetesDriver
+
+            return KubernetesDriver.from_config(settings.namespace, settings.kube_context)
+        case "dry-run":
+            return DryRunDriver()
+    return None

@@ -18,14 +18,13 @@ import msgspec
 from bytewax.operators import StatefulBatchLogic
 
 from trainguard.actions.audit import AuditLog
-from trainguard.actions.commands import CommandRunner
-from trainguard.actions.drivers import DryRunDriver, SchedulerDriver
+from trainguard.actions.drivers import make_driver
 from trainguard.actions.executor import ActionExecutor
 from trainguard.actions.policy import Policy
 from trainguard.actions.records import Action
 from trainguard.actions.silences import Silences
 from trainguard.dataflows import metrics
-from trainguard.dataflows.config import SchedulerSettings, Settings
+from trainguard.dataflows.config import Settings
 from trainguard.detectors.events import Anomaly
 from trainguard.detectors.lifecycle import is_false_alarm
 
@@ -53,29 +52,6 @@ class PolicyLogic(StatefulBatchLogic[Anomaly, Decision, bytes]):
 
     def snapshot(self) -> bytes:
         return pickle.dumps(self.policy, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def make_driver(settings: SchedulerSettings) -> SchedulerDriver | None:
-    """The scheduler driver the settings ask for (``None``: recommendations only)."""
-    runner = CommandRunner(
-        timeout_s=settings.timeout_s,
-        attempts=settings.attempts,
-        backoff_s=settings.backoff_s,
-        ssh_host=settings.ssh_host,
-        bin_dir=settings.bin_dir,
-    )
-    match settings.driver:
-        case "slurm":
-            from trainguard.actions.slurm import SlurmDriver
-
-            return SlurmDriver(runner, pending_wait_s=settings.timeout_s)
-        case "kubernetes":
-            from trainguard.actions.kubernetes import KubernetesDriver
-
-            return KubernetesDriver.from_config(settings.namespace, settings.kube_context)
-        case "dry-run":
-            return DryRunDriver()
-    return None
 
 
 def make_executor(settings: Settings) -> ActionExecutor:

@@ -480,9 +480,7 @@ def console_cmd(
     """Serve the live dashboard: anomaly feed, job timelines, nodes, audit trail, approvals."""
     import uvicorn
 
-    from trainguard.actions.audit import AuditLog
-    from trainguard.actions.executor import ActionExecutor
-    from trainguard.dataflows.action_step import make_driver
+    from trainguard.dataflows.action_step import make_executor
     from trainguard.dataflows.console import create_app
     from trainguard.dataflows.console_data import ConsoleData
 
@@ -501,9 +499,8 @@ def console_cmd(
     if settings.audit_log is None and archive is None and not brokers:
         raise fail("give --archive DIR, --brokers, or audit_log in the config: the console shows a run's outputs.")
     audit_path = Path(settings.audit_log) if settings.audit_log else None
-    executor = None
-    if audit_path is not None:
-        executor = ActionExecutor(settings.policy, make_driver(settings.scheduler), AuditLog(audit_path))
+    # Approvals go through the same executor (driver, audit log, silences) as the flow's.
+    executor = make_executor(settings) if audit_path is not None else None
     data = ConsoleData(audit_path, archive, progress)
     data.refresh()
     if brokers:

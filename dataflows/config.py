@@ -14,6 +14,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
+from trainguard.actions.drivers import SchedulerSettings
 from trainguard.actions.notify import NotifySettings
 from trainguard.actions.policy import PolicyConfig
 from trainguard.detectors.events import TOPICS
@@ -52,19 +53,6 @@ class ArchiveSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     path: str | None = None
     roll_rows: int = 50_000
     roll_s: float = 10.0
-
-
-class SchedulerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """Which scheduler the action sink may act on, and how its commands are run."""
-
-    driver: Literal["none", "dry-run", "slurm", "kubernetes"] = "none"
-    ssh_host: str | None = None  # run the Slurm tools on this host (ssh -o BatchMode=yes)
-    bin_dir: str | None = None  # where the Slurm tools are (default: PATH)
-    timeout_s: float = 30.0
-    attempts: int = 3
-    backoff_s: float = 1.0
-    namespace: str = "default"  # Kubernetes
-    kube_context: str | None = None
 
 
 class ConsoleUser(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -24,6 +24,7 @@ import time
 from typing import Any, Protocol
 
 from trainguard.actions.hostlist import HostlistError, expand
+from trainguard.detectors import job_states
 
 _NODE_FLAGS_SHOWN = ("DRAIN", "DRAINING", "DRAINED", "NOT_RESPONDING", "FAIL", "MAINTENANCE", "REBOOT_REQUESTED")
 
@@ -64,7 +65,7 @@ class SlurmWatcher:
             if known and j.get("tasks"):
                 record["ranks_per_node"] = max(1, int(j["tasks"]) // len(known))
             exit_code = _exit_code(j)
-            if exit_code is not None and state not in ("RUNNING", "PENDING", "CONFIGURING"):
+            if exit_code is not None and job_states.has_ended(state):
                 record["exit_code"] = exit_code
             out.append(("scheduler", record))
         return out

@@ -19,6 +19,7 @@ objects, so Bytewax can snapshot them for recovery.
 
 from __future__ import annotations
 
+from trainguard.detectors import job_states
 from trainguard.detectors.crash import CrashDetector
 from trainguard.detectors.events import Anomaly, Event, GpuSample, JobEvent, LogRecord, NodeEvent, ProgressRecord
 from trainguard.detectors.findings import Finding
@@ -39,14 +40,10 @@ from trainguard.detectors.templates import ErrorTemplates, TemplateHit
 
 __all__ = ["FAILED_STATES", "RUNNING_STATES", "WAITING_STATES", "JobMonitor", "NodeMonitor", "to_anomaly"]
 
-RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING"})
-WAITING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "RESIZING"})
-FAILED_STATES: dict[str, tuple[str, str]] = {
-    "FAILED": ("job_failed", "unknown"),
-    "NODE_FAIL": ("node_fail", "hardware"),
-    "OUT_OF_MEMORY": ("host_oom", "system"),
-    "BOOT_FAIL": ("node_fail", "hardware"),
-}
+# One definition of job states (detectors.job_states), under the names this module exported.
+RUNNING_STATES = job_states.RUNNING
+WAITING_STATES = job_states.WAITING
+FAILED_STATES = job_states.FAILED
 NIC_EVIDENCE_S = 1800.0  # a NIC degradation this recent can explain a slowdown
 LOST_GPU_CHECK_S = 30.0  # GPUs report every ~10 s; looking for silent ones more often finds nothing new
 _RHYTHM_HINTS = ("_interval", "_steps", "every", "val_check")

@@ -42,6 +42,7 @@ from typing import Any
 
 import msgspec
 
+from trainguard.detectors import job_states
 from trainguard.detectors.clock import EventClock
 from trainguard.detectors.events import (
     TOPICS,
@@ -54,7 +55,6 @@ from trainguard.detectors.events import (
     ProgressRecord,
     Tick,
 )
-from trainguard.detectors.monitor import RUNNING_STATES
 from trainguard.detectors.settings import Count, Positive, Seconds
 
 DEAD = "!dead"  # key of dead-letter items in the router's output
@@ -107,7 +107,7 @@ class JobPlacement:
 
     def apply(self, event: JobEvent) -> None:
         job = str(event.job_id)
-        if event.state.upper() in RUNNING_STATES:
+        if job_states.phase(event.state) == "running":
             if event.nodes:
                 self.job_nodes[job] = list(event.nodes)
                 for node in event.nodes:
@@ -305,10 +305,10 @@ class Router:
 
     def _job_state(self, job: str, event: JobEvent) -> None:
         self.placement.apply(event)
-        state = event.state.upper()
-        if state in RUNNING_STATES:
+        now = job_states.phase(event.state)
+        if now == "running":
             self.ended.pop(f"job/{job}", None)
-        elif state not in ("PENDING", "REQUEUED", "SUSPENDED"):
+        elif now == "ended":  # waiting (requeued, held, suspended): it will run again, keep ticking it
             self.ended[f"job/{job}"] = event.ts  # type: ignore[assignment]
 
     def _release(self, watermark: float) -> list[tuple[str, Any]]:

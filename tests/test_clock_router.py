@@ -119,3 +119,18 @@ def test_a_router_snapshot_from_before_placements_still_resumes():
     assert [k for k, _ in resumed.route("s/0", GpuSample(ts=106.0, node="n1", gpu=0))][-1] == "job/7"
     resumed.route("s/0", JobEvent(ts=110.0, job_id="7", state="COMPLETED"))
     assert resumed.node_job == {} and resumed.placement.node_job is resumed.node_job
+
+
+def test_router_and_monitor_read_every_job_state_alike():
+    """One job-lifecycle definition: a held or requeued job keeps its ticks and its monitor keeps waiting."""
+    from trainguard.detectors import job_states
+    from trainguard.detectors.monitor import JobMonitor
+
+    for state in sorted(job_states.RUNNING | job_states.WAITING | job_states.FINISHED):
+        router = Router(RouterSettings())
+        router.route("0", JobEvent(ts=1.0, job_id="7", state=state, nodes=["n1"]))
+        router.route("0", LogRecord(ts=20.0, job_id="7", node="n1", line="x"))
+        monitor = JobMonitor("7")
+        monitor.observe(JobEvent(ts=1.0, job_id="7", state=state, nodes=["n1"]))
+        ended = "job/7" in router.ended
+        assert ended == job_states.has_ended(state) == (monitor.ended_at is not None), state

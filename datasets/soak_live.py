@@ -65,9 +65,9 @@ def main() -> None:
 
     from confluent_kafka import Producer
 
+    from tests.support.tansu import free_port, start_tansu, start_trainguard, stop_process, tansu_binary
     from trainguard.dataflows.config import KafkaSettings
     from trainguard.dataflows.kafka_io import create_topics
-    from trainguard.dataflows.tansu import free_port, start_tansu, start_trainguard, stop_process, tansu_binary
 
     binary = tansu_binary()
     if binary is None:

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm_cluster import SlurmCluster, missing_binaries
-from tests.slurm_cluster import start as start_slurm
-from tests.slurm_cluster import stop as stop_slurm
+from tests.support.slurm_cluster import SlurmCluster, missing_binaries
+from tests.support.slurm_cluster import start as start_slurm
+from tests.support.slurm_cluster import stop as stop_slurm
+from tests.support.tansu import Broker, stop_process, tansu_binary
+from tests.support.tansu import start_tansu as _start_tansu
 from trainguard.actions.records import Action
 from trainguard.dataflows.config import Settings
 from trainguard.dataflows.pipeline import replay_in_process
-from trainguard.dataflows.tansu import Broker, stop_process, tansu_binary
-from trainguard.dataflows.tansu import start_tansu as _start_tansu
 from trainguard.detectors.events import Anomaly, DeadLetter
 
 ROOT = Path(__file__).resolve().parent.parent

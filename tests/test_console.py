@@ -196,7 +196,7 @@ def serve(app: object, port: int) -> tuple[threading.Thread, object]:
 
 
 def test_console_in_chromium_feed_updates_live_and_approval_is_audited(browser, tmp_path: Path):
-    from trainguard.dataflows.tansu import free_port
+    from tests.support.tansu import free_port
 
     audit = tmp_path / "audit.jsonl"
     settings = console_settings(audit)

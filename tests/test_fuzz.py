@@ -181,7 +181,7 @@ def test_the_flow_dead_letters_bad_records_and_still_finds_the_fault(
     garbage: list[tuple[str, str]], tmp_path_factory: pytest.TempPathFactory
 ):
     """Valid records of an Xid 79 crash, with random junk spliced into every stream."""
-    from tests import slurm_scenarios
+    from tests.support import slurm_scenarios
     from tests.conftest import replay
 
     RAN["whole flow"] += 1

@@ -13,11 +13,11 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.conftest import DEMO_DIR, Broker, replay, stop_process, summary
+from tests.support.tansu import free_port, start_trainguard
 from trainguard.dataflows.archive import read_dataset
 from trainguard.dataflows.config import KafkaSettings
 from trainguard.dataflows.kafka_io import create_topics, produce_replay
 from trainguard.dataflows.ports import free_ports
-from trainguard.dataflows.tansu import free_port, start_trainguard
 from trainguard.detectors.events import Anomaly
 
 pytestmark = pytest.mark.kafka

@@ -22,12 +22,12 @@ from typing import ClassVar
 import pytest
 
 from tests.conftest import DEMO_DIR, replay
+from tests.support.tansu import stop_process
 from trainguard.actions.audit import read_entries
 from trainguard.actions.notify import Notifier, NotifySettings
 from trainguard.actions.records import Action
 from trainguard.dataflows.config import Settings
 from trainguard.dataflows.ports import free_port
-from trainguard.dataflows.tansu import stop_process
 from trainguard.detectors.events import Anomaly
 
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")

@@ -8,7 +8,7 @@ import pynvml
 import pytest
 from typer.testing import CliRunner
 
-from tests.nvml_standin import NvmlStandIn
+from tests.support.nvml_standin import NvmlStandIn
 from trainguard.dataflows.cli import app
 from trainguard.dataflows.nvml_collector import GpuCollector, NvmlUnavailable
 from trainguard.detectors.events import GpuSample, LogRecord, decode

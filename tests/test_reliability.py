@@ -9,9 +9,9 @@ from pathlib import Path
 import msgspec
 import polars as pl
 
-from tests import slurm_scenarios as scenarios
+from tests.support import slurm_scenarios as scenarios
 from tests.conftest import DEMO_DIR, replay
-from tests.slurm_cluster import SlurmCluster
+from tests.support.slurm_cluster import SlurmCluster
 from tests.test_slurm import settings as slurm_settings
 from trainguard.actions.audit import read_entries
 from trainguard.datasets.scenario import job_record, log_record

@@ -12,9 +12,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from tests import slurm_scenarios as scenarios
+from tests.support import slurm_scenarios as scenarios
 from tests.conftest import ROOT, replay
-from tests.slurm_cluster import SlurmCluster
+from tests.support.slurm_cluster import SlurmCluster
 from trainguard.actions.audit import read_entries
 from trainguard.dataflows.config import Settings
 

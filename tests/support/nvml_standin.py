@@ -14,7 +14,7 @@ from typing import Any
 
 import pynvml
 
-FIXTURE = Path(__file__).parent / "fixtures" / "nvml_node.json"
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "nvml_node.json"
 
 
 class NvmlStandIn:

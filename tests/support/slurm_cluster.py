@@ -4,8 +4,8 @@ Debian builds Slurm with ``MULTIPLE_SLURMD``: one ``slurmd -N NAME`` per node, e
 on its own port, all on 127.0.0.1, with a private ``munged``. Everything lives
 under one directory; daemons are stopped by their PID files.
 
-    python -m tests.slurm_cluster start /tmp/tg-slurm   # prints the env to export
-    python -m tests.slurm_cluster stop /tmp/tg-slurm
+    python -m tests.support.slurm_cluster start /tmp/tg-slurm   # prints the env to export
+    python -m tests.support.slurm_cluster stop /tmp/tg-slurm
 
 Needs root and Debian's ``slurmctld slurmd slurm-client munge`` packages.
 """
@@ -261,7 +261,7 @@ def stop(root: Path) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] not in ("start", "stop"):
-        sys.exit("usage: python -m tests.slurm_cluster start|stop DIR")
+        sys.exit("usage: python -m tests.support.slurm_cluster start|stop DIR")
     directory = Path(sys.argv[2])
     if sys.argv[1] == "start":
         c = start(directory)

@@ -4,7 +4,7 @@ From the moment an anomaly is emitted (handed to the action step, as the flow
 does) to the moment the scheduler shows the effect: the node drained, the job
 requeued (its restart count moves), the job running again on other nodes.
 
-    python -m tests.action_latency [--trials 20]
+    python -m tests.support.action_latency [--trials 20]
 
 Needs root and Debian's slurmctld slurmd slurm-client munge (as the tests do).
 """
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.slurm_cluster import SlurmCluster, start, stop
+from tests.support.slurm_cluster import SlurmCluster, start, stop
 from trainguard.actions.commands import CommandRunner
 from trainguard.actions.executor import ActionExecutor
 from trainguard.actions.hostlist import expand

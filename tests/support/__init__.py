@@ -1,0 +1,1 @@
+"""What the tests need around them: a Kafka-protocol broker (Tansu), a real Slurm cluster, an NVML stand-in."""

@@ -181,8 +181,8 @@ def test_the_flow_dead_letters_bad_records_and_still_finds_the_fault(
     garbage: list[tuple[str, str]], tmp_path_factory: pytest.TempPathFactory
 ):
     """Valid records of an Xid 79 crash, with random junk spliced into every stream."""
-    from tests.support import slurm_scenarios
     from tests.conftest import replay
+    from tests.support import slurm_scenarios
 
     RAN["whole flow"] += 1
     directory = slurm_scenarios.xid79(tmp_path_factory.mktemp("flow"), "42", ["n1", "n2"], "n2")

@@ -9,8 +9,8 @@ from pathlib import Path
 import msgspec
 import polars as pl
 
-from tests.support import slurm_scenarios as scenarios
 from tests.conftest import DEMO_DIR, replay
+from tests.support import slurm_scenarios as scenarios
 from tests.support.slurm_cluster import SlurmCluster
 from tests.test_slurm import settings as slurm_settings
 from trainguard.actions.audit import read_entries

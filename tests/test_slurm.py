@@ -12,8 +12,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from tests.support import slurm_scenarios as scenarios
 from tests.conftest import ROOT, replay
+from tests.support import slurm_scenarios as scenarios
 from tests.support.slurm_cluster import SlurmCluster
 from trainguard.actions.audit import read_entries
 from trainguard.dataflows.config import Settings

@@ -15,7 +15,10 @@ from types import ModuleType
 from _pytest.doctest import DoctestModule
 
 ROOT = Path(__file__).resolve().parent
-_INSTALLED = {
+_INSTALLED = {  # the most specific folder first
+    ROOT / "dataflows" / "console": "trainguard.console",
+    ROOT / "dataflows" / "agents": "trainguard.agents",
+    ROOT / "dataflows" / "cli": "trainguard.cli",
     ROOT / "dataflows": "trainguard.dataflows",
     ROOT / "detectors": "trainguard.detectors",
     ROOT / "actions": "trainguard.actions",

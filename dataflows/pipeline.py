@@ -4,7 +4,7 @@ The CLI, ``python -m bytewax.run "trainguard.dataflows.flow:from_env()"``, the b
 the soaks, the notebooks and the tests all go through these functions, which use Bytewax's
 public API only (``bytewax.testing.run_main`` / ``cluster_main`` run a flow in this process).
 
->>> from trainguard.dataflows.cli_common import DEMO_DIR
+>>> from trainguard.cli.common import DEMO_DIR
 >>> found = replay_in_process(DEMO_DIR)
 >>> sorted({a.kind for a in found.anomalies})
 ['crash', 'hang', 'node_unhealthy', 'straggler']

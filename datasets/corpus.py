@@ -93,7 +93,7 @@ def load(path: Path) -> list[Excerpt]:
 
 def write_replay(excerpts: list[Excerpt], directory: Path, gap_s: float = 0.0) -> Path:
     """A replay directory with one job per excerpt, all starting at the same event time."""
-    from trainguard.dataflows.logimport import import_lines
+    from trainguard.agents.logimport import import_lines
 
     records = []
     for ex in excerpts:

@@ -7,8 +7,8 @@ from pathlib import Path
 import polars as pl
 from typer.testing import CliRunner
 
+from trainguard.cli.app import app
 from trainguard.dataflows.archive import read_dataset
-from trainguard.dataflows.cli import app
 from trainguard.dataflows.config import load_settings
 
 runner = CliRunner()
@@ -48,7 +48,7 @@ def test_replay_on_worker_processes_finds_what_one_worker_finds(tmp_path: Path):
 
 
 def test_hash_password_reads_stdin_and_the_console_refuses_a_malformed_hash(tmp_path: Path):
-    from trainguard.dataflows.passwords import verify_password
+    from trainguard.console.passwords import verify_password
 
     result = runner.invoke(app, ["hash-password"], input="a long console password\n")
     assert result.exit_code == 0, result.output

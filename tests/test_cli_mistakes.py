@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from trainguard.dataflows.cli import app
+from trainguard.cli.app import app
 
 runner = CliRunner()
 

@@ -19,10 +19,10 @@ from trainguard.actions.audit import AuditLog, read_entries
 from trainguard.actions.drivers import DryRunDriver, Inventory, JobInfo, NodeInfo
 from trainguard.actions.executor import ActionExecutor
 from trainguard.actions.silences import Silences
+from trainguard.console.app import create_app, sha256_hex
+from trainguard.console.data import ConsoleData
+from trainguard.console.passwords import hash_password
 from trainguard.dataflows.config import Settings
-from trainguard.dataflows.console import create_app, sha256_hex
-from trainguard.dataflows.console_data import ConsoleData
-from trainguard.dataflows.passwords import hash_password
 
 ARTIFACTS = ROOT / "test-artifacts"
 ALICE_SCRYPT = hash_password("alice-pw", n=2**10)  # cheap cost for the tests; the default is 2**14
@@ -74,8 +74,8 @@ def client_for(settings: Settings, audit: Path, driver: DryRunDriver) -> TestCli
 def test_scrypt_passwords_are_checked_once_then_remembered_without_keeping_them():
     from starlette.requests import Request
 
+    from trainguard.console.app import Auth
     from trainguard.dataflows.config import ConsoleUser
-    from trainguard.dataflows.console import Auth
 
     def request(user: str, password: str) -> Request:
         value = base64.b64encode(f"{user}:{password}".encode())
@@ -264,8 +264,8 @@ def test_console_in_chromium_feed_updates_live_and_approval_is_audited(browser, 
 def test_console_reads_anomalies_and_live_progress_from_kafka(tansu, tmp_path: Path):
     from confluent_kafka import Producer
 
+    from trainguard.console.kafka_tail import KafkaTail
     from trainguard.dataflows.config import KafkaSettings
-    from trainguard.dataflows.console_kafka import KafkaTail
     from trainguard.dataflows.kafka_io import create_topics
 
     kafka = KafkaSettings(brokers=[tansu.address])

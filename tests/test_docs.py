@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from trainguard.dataflows.cli import app
+from trainguard.cli.app import app
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

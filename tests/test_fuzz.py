@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trainguard.actions.hostlist import HostlistError, expand
+from trainguard.console.app import Auth
 from trainguard.dataflows.config import ConfigError, ConsoleUser, load_settings
-from trainguard.dataflows.console import Auth
 from trainguard.detectors.events import TOPICS, DeadLetter, decode
 from trainguard.detectors.logprefix import parse_prefix
 from trainguard.detectors.progress_parsers import parse_nvrx_score, parse_progress

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.conftest import replay
-from trainguard.dataflows.cli import app
+from trainguard.cli.app import app
 from trainguard.datasets.generator import BENIGN, FAULTS, build, stream, write_scenario
 from trainguard.datasets.scoring import load_labels, score
 

@@ -100,7 +100,7 @@ def test_live_kafka_run_matches_replay(tansu: Broker, tmp_path):
 def test_generate_publishes_a_scenario_straight_to_kafka(tansu: Broker, tmp_path):
     from typer.testing import CliRunner
 
-    from trainguard.dataflows.cli import app
+    from trainguard.cli.app import app
 
     result = CliRunner().invoke(
         app,
@@ -128,7 +128,7 @@ def test_generate_publishes_a_scenario_straight_to_kafka(tansu: Broker, tmp_path
 def test_ship_logs_delivers_each_line_once_across_restarts(tansu: Broker, tmp_path):
     from typer.testing import CliRunner
 
-    from trainguard.dataflows.cli import app
+    from trainguard.cli.app import app
 
     create_topics(KafkaSettings(brokers=[tansu.address]))
     log = tmp_path / "slurm-77.out"

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.conftest import replay
-from trainguard.dataflows.cli import app
-from trainguard.dataflows.logimport import LogImportError, detect_node, import_lines, import_log, import_logs
+from trainguard.agents.logimport import LogImportError, detect_node, import_lines, import_log, import_logs
+from trainguard.cli.app import app
 from trainguard.detectors.logprefix import find_timestamp, parse_prefix
 
 

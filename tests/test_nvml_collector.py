@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.support.nvml_standin import NvmlStandIn
-from trainguard.dataflows.cli import app
-from trainguard.dataflows.nvml_collector import GpuCollector, NvmlUnavailable
+from trainguard.agents.nvml_collector import GpuCollector, NvmlUnavailable
+from trainguard.cli.app import app
 from trainguard.detectors.events import GpuSample, LogRecord, decode
 from trainguard.detectors.signatures import match_line
 

@@ -46,7 +46,7 @@ def test_the_wheel_installs_only_trainguard_and_its_data(wheels: dict[str, Path]
     names = zipfile.ZipFile(wheels["main"]).namelist()
     assert _tops(wheels["main"]) == {"trainguard"}
     assert not any(n.startswith("trainguard/__init__") for n in names)  # a namespace shared with the probe
-    data = ("detectors/data/xid-catalog.csv", "datasets/samples/demo/logs.parquet", "dataflows/console_static/app.js")
+    data = ("detectors/data/xid-catalog.csv", "datasets/samples/demo/logs.parquet", "console/static/app.js")
     assert {f"trainguard/{path}" for path in data} <= set(names)
     # The probe wheel: its package and the deprecated alias, which is a namespace portion.
     assert _tops(wheels["probe"]) == {"trainguard", "dataflows"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from trainguard.dataflows.shipper import LogTailer
+from trainguard.agents.shipper import LogTailer
 from trainguard.detectors.events import LogRecord, decode
 
 

@@ -17,10 +17,10 @@ from trainguard.actions.drivers import DryRunDriver
 from trainguard.actions.executor import ActionExecutor
 from trainguard.actions.notify import Notifier, NotifySettings
 from trainguard.actions.silences import SilenceError, Silences
-from trainguard.dataflows.cli import app
+from trainguard.cli.app import app
+from trainguard.console.app import create_app
+from trainguard.console.data import ConsoleData
 from trainguard.dataflows.config import Settings
-from trainguard.dataflows.console import create_app
-from trainguard.dataflows.console_data import ConsoleData
 from trainguard.detectors.events import Anomaly
 
 DEMO_START = datetime(2026, 12, 1, 10, 0, tzinfo=UTC).timestamp()  # the bundled scenario's first hour

@@ -205,7 +205,7 @@ def test_injected_names_from_telemetry_never_reach_a_command(slurm: SlurmCluster
 
 def test_watch_slurm_reports_job_and_node_changes(slurm: SlurmCluster, tmp_path: Path):
     from trainguard.actions.commands import CommandRunner
-    from trainguard.dataflows.slurm_watcher import SlurmWatcher
+    from trainguard.agents.slurm_watcher import SlurmWatcher
 
     watcher = SlurmWatcher(CommandRunner(timeout_s=10, attempts=1))
     first = watcher.poll()
@@ -235,7 +235,7 @@ def test_watch_slurm_reports_job_and_node_changes(slurm: SlurmCluster, tmp_path:
 
     from typer.testing import CliRunner
 
-    from trainguard.dataflows.cli import app
+    from trainguard.cli.app import app
 
     result = CliRunner().invoke(app, ["watch-slurm", "--out", str(tmp_path / "s.jsonl"), "--count", "1"])
     assert result.exit_code == 0, result.output

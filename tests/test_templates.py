@@ -9,9 +9,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from trainguard.cli.app import app
+from trainguard.cli.templates import TEMPLATE_EVIDENCE, mine_unclassified
 from trainguard.dataflows.archive import ParquetArchiveSink
-from trainguard.dataflows.cli import app
-from trainguard.dataflows.cli_templates import TEMPLATE_EVIDENCE, mine_unclassified
 from trainguard.datasets.microbench import FATAL, INFO, MEGATRON
 from trainguard.detectors.events import Anomaly
 from trainguard.detectors.ids import evidence_line

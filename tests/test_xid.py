@@ -92,7 +92,7 @@ def test_a_line_naming_an_earlier_xid_is_blamed_on_that_xid() -> None:
 def test_the_real_gsp_timeout_dump_is_one_anomaly_that_resets_the_gpu() -> None:
     from pathlib import Path
 
-    from trainguard.dataflows.logimport import import_lines
+    from trainguard.agents.logimport import import_lines
 
     path = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "nvidia-xid-catalog" / "dmesg-with-xid-119.log"
     if not path.is_file():

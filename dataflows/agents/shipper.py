@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from trainguard.dataflows.logimport import job_from_path
+from trainguard.agents.logimport import job_from_path
 from trainguard.detectors.logprefix import parse_prefix
 
 _KERNEL_HINTS = ("NVRM:", "kernel:", "SXid", "nvidia-nvswitch", "mlx5_core")

@@ -19,10 +19,10 @@ from rich.table import Table
 
 from trainguard.actions.audit import read_entries
 from trainguard.actions.records import Action
-from trainguard.dataflows import pipeline
-from trainguard.dataflows.archive import flush_open_archives
-from trainguard.dataflows.cli_audit import register as register_audit_command
-from trainguard.dataflows.cli_common import (
+from trainguard.agents.logimport import LogImportError, import_logs
+from trainguard.agents.publisher import RecordPublisher
+from trainguard.cli.audit import register as register_audit_command
+from trainguard.cli.common import (
     DEMO_DIR,
     BrokersOpt,
     ConfigOpt,
@@ -37,14 +37,14 @@ from trainguard.dataflows.cli_common import (
     settings_from,
     writable_dir,
 )
-from trainguard.dataflows.cli_config import register as register_config_commands
-from trainguard.dataflows.cli_explain import register as register_explain_command
-from trainguard.dataflows.cli_scenarios import register as register_scenario_commands
-from trainguard.dataflows.cli_silence import register as register_silence_commands
-from trainguard.dataflows.cli_templates import register as register_templates_command
+from trainguard.cli.config_cmds import register as register_config_commands
+from trainguard.cli.explain import register as register_explain_command
+from trainguard.cli.scenarios import register as register_scenario_commands
+from trainguard.cli.silence import register as register_silence_commands
+from trainguard.cli.templates import register as register_templates_command
+from trainguard.dataflows import pipeline
+from trainguard.dataflows.archive import flush_open_archives
 from trainguard.dataflows.config import ConfigError
-from trainguard.dataflows.logimport import LogImportError, import_logs
-from trainguard.dataflows.publisher import RecordPublisher
 from trainguard.dataflows.replay import ReplayError, ReplaySource, count_records
 from trainguard.dataflows.replay_shards import ShardedReplaySource
 from trainguard.detectors.events import Anomaly, DeadLetter
@@ -436,7 +436,7 @@ def collect_gpu(
     """Sample every GPU of this node through NVML and publish gpu records (and Xid events) to Kafka or a file."""
     import socket
 
-    from trainguard.dataflows.nvml_collector import GpuCollector, NvmlUnavailable
+    from trainguard.agents.nvml_collector import GpuCollector, NvmlUnavailable
 
     settings = publishing_settings(config, brokers, out)
     try:
@@ -480,9 +480,9 @@ def console_cmd(
     """Serve the live dashboard: anomaly feed, job timelines, nodes, audit trail, approvals."""
     import uvicorn
 
+    from trainguard.console.app import create_app
+    from trainguard.console.data import ConsoleData
     from trainguard.dataflows.action_step import make_executor
-    from trainguard.dataflows.console import create_app
-    from trainguard.dataflows.console_data import ConsoleData
 
     settings = settings_from(config)
     if not settings.console.users:
@@ -490,7 +490,7 @@ def console_cmd(
             "the console needs at least one user under console.users in the config "
             "(name, role, and password_scrypt from `trainguard hash-password` or token_sha256)."
         )
-    from trainguard.dataflows.passwords import check_format
+    from trainguard.console.passwords import check_format
 
     for user in settings.console.users:
         why = check_format(user.password_scrypt) if user.password_scrypt else None
@@ -504,7 +504,7 @@ def console_cmd(
     data = ConsoleData(audit_path, archive, progress)
     data.refresh()
     if brokers:
-        from trainguard.dataflows.console_kafka import KafkaTail
+        from trainguard.console.kafka_tail import KafkaTail
 
         settings.kafka.brokers = brokers_list(brokers)
         KafkaTail(settings.kafka, data)
@@ -520,7 +520,7 @@ def hash_password_cmd() -> None:
     """Print a console password's scrypt hash for console.users[].password_scrypt (read from the terminal or stdin)."""
     import getpass
 
-    from trainguard.dataflows.passwords import hash_password
+    from trainguard.console.passwords import hash_password
 
     if sys.stdin.isatty():
         password = getpass.getpass("password: ")
@@ -543,7 +543,7 @@ def watch_slurm(
 ) -> None:
     """Poll Slurm (squeue/sinfo --json) and publish job and node state changes as scheduler records."""
     from trainguard.actions.commands import CommandFailed, CommandRunner
-    from trainguard.dataflows.slurm_watcher import SlurmWatcher
+    from trainguard.agents.slurm_watcher import SlurmWatcher
 
     settings = publishing_settings(config, brokers, out)
     s = settings.scheduler
@@ -595,7 +595,7 @@ def ship_logs(
     """Follow growing log files and publish their lines to the logs topic (at least once, resumable)."""
     import socket
 
-    from trainguard.dataflows.shipper import LogTailer
+    from trainguard.agents.shipper import LogTailer
 
     settings = kafka_settings(config, brokers)
     tailer = LogTailer(paths, state, node=node or socket.gethostname().split(".")[0], job_id=job)

@@ -12,8 +12,8 @@ from typing import Any
 import msgspec
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
+from trainguard.console.data import ConsoleData
 from trainguard.dataflows.config import KafkaSettings
-from trainguard.dataflows.console_data import ConsoleData
 from trainguard.detectors.events import Anomaly, ProgressRecord, decode
 
 

@@ -17,7 +17,7 @@ import typer
 import yaml
 from rich.table import Table
 
-from trainguard.dataflows.cli_common import ConfigOpt, console, fail, settings_from
+from trainguard.cli.common import ConfigOpt, console, fail, settings_from
 
 config_app = typer.Typer(no_args_is_help=True, help="Show the effective settings, or write a starter config file.")
 

@@ -14,7 +14,7 @@ import typer
 import yaml
 from rich.table import Table
 
-from trainguard.dataflows.cli_common import (
+from trainguard.cli.common import (
     DEMO_DIR,
     BrokersOpt,
     ConfigOpt,

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from trainguard.actions.audit import AuditLog
 from trainguard.actions.silences import SilenceError, Silences, parse_duration
-from trainguard.dataflows.cli_common import ConfigOpt, console, fail, settings_from
+from trainguard.cli.common import ConfigOpt, console, fail, settings_from
 
 silence_app = typer.Typer(no_args_is_help=True, help="Silence anomalies by node, job, kind or partition for a while.")
 

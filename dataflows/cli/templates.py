@@ -19,8 +19,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from trainguard.cli.common import console, err_console
 from trainguard.dataflows.archive import read_dataset
-from trainguard.dataflows.cli_common import console, err_console
 
 # The place ``detectors.ids.evidence_line`` puts before a line: ``node``, ``node/rank3`` or ``?``.
 _WHERE = re.compile(r"^[^\s/]+(?:/rank\d+)?: ")

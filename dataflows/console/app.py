@@ -33,11 +33,11 @@ from starlette.staticfiles import StaticFiles
 
 from trainguard.actions.executor import ActionExecutor, ApprovalError
 from trainguard.actions.silences import SilenceError, Silences, parse_duration
+from trainguard.console.data import ConsoleData
+from trainguard.console.passwords import verify_password
 from trainguard.dataflows.config import ConsoleUser, Settings
-from trainguard.dataflows.console_data import ConsoleData
-from trainguard.dataflows.passwords import verify_password
 
-STATIC = Path(__file__).resolve().parent / "console_static"
+STATIC = Path(__file__).resolve().parent / "static"
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'",
     "X-Frame-Options": "DENY",

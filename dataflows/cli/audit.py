@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from trainguard.actions.audit import compact, query
-from trainguard.dataflows.cli_common import ConfigOpt, console, fail, settings_from
+from trainguard.cli.common import ConfigOpt, console, fail, settings_from
 
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}

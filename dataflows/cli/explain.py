@@ -17,9 +17,9 @@ from typing import Annotated, Any
 import typer
 
 from trainguard.actions.audit import read_entries
+from trainguard.cli.common import ConfigOpt, console, fail, settings_from
+from trainguard.cli.templates import TEMPLATE_EVIDENCE
 from trainguard.dataflows.archive import anomaly_from_row, epoch_times, read_dataset
-from trainguard.dataflows.cli_common import ConfigOpt, console, fail, settings_from
-from trainguard.dataflows.cli_templates import TEMPLATE_EVIDENCE
 from trainguard.detectors.describe import summary
 from trainguard.detectors.events import Anomaly
 from trainguard.detectors.signatures import match_line

@@ -1,0 +1,3 @@
+from trainguard.cli.app import main
+
+main()

@@ -1,0 +1,1 @@
+"""The web console: a live dashboard (Starlette, server-sent events) with users, roles and approvals."""

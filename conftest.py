@@ -25,7 +25,7 @@ _INSTALLED = {  # the most specific folder first
     ROOT / "datasets": "trainguard.datasets",
     ROOT / "probe" / "trainguard" / "probe": "trainguard.probe",
 }
-# The deprecated alias warns on import (tests/test_packaging.py checks it in an installed wheel).
+# The deprecated alias warns on import (tests/integration/test_packaging.py checks it in an installed wheel).
 collect_ignore = ["probe/dataflows"]
 
 

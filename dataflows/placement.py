@@ -3,7 +3,7 @@
 Bytewax sends every keyed item to the worker that owns its key; a key's owner is
 SipHash-1-3 (zero keys) of the key's UTF-8 bytes plus Rust's ``0xff`` string
 terminator, modulo the worker count — Rust's ``DefaultHasher`` over the
-``StateKey`` string, as Bytewax 0.21 does it (``tests/test_sharding.py`` runs a
+``StateKey`` string, as Bytewax 0.21 does it (``tests/unit/dataflows/test_sharding.py`` runs a
 real multi-worker flow to check that this still holds).
 
 A sharded flow keys shard ``i``'s router, and each job it owns, with keys that

@@ -4,7 +4,7 @@
 ``docs/schemas/`` and records each contract version's fingerprint in ``versions.json``. A
 version's fingerprint never changes: when an output record changes shape and
 ``SCHEMA_VERSION`` (``trainguard.detectors.events``) was not bumped, generation refuses, and
-``tests/test_contract.py`` fails, so a consumer never meets a new shape under an old number.
+``tests/unit/dataflows/test_contract.py`` fails, so a consumer never meets a new shape under an old number.
 
 >>> sorted(RECORDS)
 ['action', 'anomaly', 'dead_letter', 'gpu', 'logs', 'progress', 'scheduler']

@@ -14,7 +14,7 @@ detections) scores 0 and the perfect one 100.
 
 ``python -m trainguard.datasets.nab --detector windowedGaussian`` reruns NAB's own
 windowed-Gaussian baseline, whose published optimised raw score this scorer
-reproduces (``tests/test_nab.py``).
+reproduces (``tests/unit/datasets/test_nab.py``).
 """
 
 from __future__ import annotations

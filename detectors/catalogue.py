@@ -42,7 +42,7 @@ class Signature:
     remedy: str | None = None  # what the node needs (NVIDIA's vocabulary: RESET_GPU, RESTART_BM, ...)
     notice: bool = False  # what it reports is a warning to notify, never an action
     # Literal words one of which every line the pattern matches contains: the (slower) regex is
-    # tried only when one is there. Empty: always tried. tests/test_catalogue.py guards them.
+    # tried only when one is there. Empty: always tried. tests/unit/detectors/test_catalogue.py guards them.
     anchors: tuple[str, ...] = ()
     regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
     extract_regex: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
@@ -758,7 +758,7 @@ FAMILIES: dict[str, str] = {
 
 # Cheap pre-filter: almost every line is progress or info. A line that contains none of these
 # words (one Aho-Corasick pass, ~0.5 µs) and does not match PREFILTER_PATTERN skips the catalogue.
-# tests/test_catalogue.py checks that every case it knows passes the filter.
+# tests/unit/detectors/test_catalogue.py checks that every case it knows passes the filter.
 PREFILTER_WORDS: tuple[str, ...] = (
     "AER",
     "Abort",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import ROOT
 from tests.support.slurm_cluster import SlurmCluster, missing_binaries
 from tests.support.slurm_cluster import start as start_slurm
 from tests.support.slurm_cluster import stop as stop_slurm
@@ -19,7 +20,6 @@ from trainguard.dataflows.config import Settings
 from trainguard.dataflows.pipeline import replay_in_process
 from trainguard.detectors.events import Anomaly, DeadLetter
 
-ROOT = Path(__file__).resolve().parent.parent
 DEMO_DIR = ROOT / "datasets" / "samples" / "demo"
 SHARED_DATASETS = ROOT.parent / "shared" / "datasets"
 

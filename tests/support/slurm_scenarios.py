@@ -12,6 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
+from trainguard.dataflows.config import Settings
 from trainguard.datasets.scenario import job_record, log_record, rfc3339
 
 RANKS_PER_NODE = 2
@@ -127,3 +130,14 @@ def xid79_storm(directory: Path, nodes: list[str]) -> Path:
         for i, node in enumerate(nodes)
     ]
     return _write(directory, logs=logs)
+
+
+def settings(tmp_path: Path, mode: str = "enforce", bin_dir: str | None = None) -> Settings:
+    return msgspec.convert(
+        {
+            "policy": {"mode": mode, "breaker": {"max_partition_fraction": 0.5}},
+            "scheduler": {"driver": "slurm", "timeout_s": 15, "attempts": 2, "backoff_s": 0.2, "bin_dir": bin_dir},
+            "audit_log": str(tmp_path / "audit.jsonl"),
+        },
+        Settings,
+    )

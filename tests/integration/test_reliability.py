@@ -12,7 +12,7 @@ import polars as pl
 from tests.conftest import DEMO_DIR, replay
 from tests.support import slurm_scenarios as scenarios
 from tests.support.slurm_cluster import SlurmCluster
-from tests.test_slurm import settings as slurm_settings
+from tests.support.slurm_scenarios import settings as slurm_settings
 from trainguard.actions.audit import read_entries
 from trainguard.datasets.scenario import job_record, log_record
 from trainguard.detectors.crash import MAX_HELD, CrashDetector

@@ -15,19 +15,8 @@ import pytest
 from tests.conftest import ROOT, replay
 from tests.support import slurm_scenarios as scenarios
 from tests.support.slurm_cluster import SlurmCluster
+from tests.support.slurm_scenarios import settings
 from trainguard.actions.audit import read_entries
-from trainguard.dataflows.config import Settings
-
-
-def settings(tmp_path: Path, mode: str = "enforce", bin_dir: str | None = None) -> Settings:
-    return msgspec.convert(
-        {
-            "policy": {"mode": mode, "breaker": {"max_partition_fraction": 0.5}},
-            "scheduler": {"driver": "slurm", "timeout_s": 15, "attempts": 2, "backoff_s": 0.2, "bin_dir": bin_dir},
-            "audit_log": str(tmp_path / "audit.jsonl"),
-        },
-        Settings,
-    )
 
 
 def events(tmp_path: Path) -> list[tuple[str, str, str]]:

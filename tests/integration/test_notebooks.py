@@ -8,7 +8,9 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+from tests.support.paths import ROOT
+
+NOTEBOOKS = ROOT / "notebooks"
 
 
 @pytest.mark.parametrize("name", ["detection_latency.ipynb", "tuning.ipynb"])

@@ -18,8 +18,8 @@ import msgspec
 import pytest
 
 from tests.conftest import replay
+from tests.support.kafka import consume_all
 from tests.support.tansu import free_port, start_tansu, start_trainguard, stop_process, tansu_binary
-from tests.test_kafka_live import consume_all
 from trainguard.dataflows.config import KafkaSettings
 from trainguard.dataflows.kafka_io import create_topics, produce_replay
 from trainguard.datasets import generator

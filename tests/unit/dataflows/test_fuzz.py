@@ -10,13 +10,13 @@ import base64
 import json
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support.paths import ARTIFACTS
 from trainguard.actions.hostlist import HostlistError, expand
 from trainguard.console.app import Auth
 from trainguard.dataflows.config import ConfigError, ConsoleUser, load_settings
@@ -29,7 +29,6 @@ EXAMPLES = 1500
 RAN: Counter[str] = Counter()
 # derandomize: CI sees the same cases every run (a failure reproduces); raise EXAMPLES to explore more.
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
 # Text that looks like what these parsers meet: log fragments, numbers, brackets, control characters.
 _FRAGMENTS = st.sampled_from(

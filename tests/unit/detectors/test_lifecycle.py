@@ -8,6 +8,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tests.support.paths import FIXTURES
 from trainguard.actions.executor import ActionExecutor
 from trainguard.actions.policy import Policy, PolicyConfig
 from trainguard.dataflows.action_step import ActionLogic, PolicyLogic
@@ -151,7 +152,7 @@ def test_state_snapshotted_before_the_lifecycle_still_resumes() -> None:
     whose modules were ``detectors.*`` and ``actions.*`` before the one import root."""
     from trainguard.dataflows.snapshots import restore
 
-    state = restore((Path(__file__).parent / "fixtures" / "state-before-lifecycle.pkl").read_bytes())
+    state = restore((FIXTURES / "state-before-lifecycle.pkl").read_bytes())
     job = state["job"]
     found = [a for t in range(60, 200, 5) for a in job.advance(float(t))]
     assert [(a.kind, a.category) for a in found] == [("crash", "nccl_timeout")]  # the cascade it held

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import SHARED_DATASETS as DATASETS
 from trainguard.actions.policy import Policy, PolicyConfig, Rules
 from trainguard.datasets.bytedance import load_meta, progress_records, rank_steps
 from trainguard.detectors.events import Anomaly, ProgressRecord
 from trainguard.detectors.monitor import JobMonitor
 
-DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 BYTEDANCE = DATASETS / "bytedance-straggler-whatif"
 PAI = DATASETS / "alibaba-pai2020-minibatch" / "data"
 T0 = 1_796_000_000.0

@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
 from tests.conftest import DEMO_DIR, replay
-from tests.test_console import basic, console_settings, demo_inventory
+from tests.support.console import basic, console_settings, demo_inventory
 from trainguard.actions.audit import AuditLog, read_entries
 from trainguard.actions.drivers import DryRunDriver
 from trainguard.actions.executor import ActionExecutor

@@ -15,43 +15,16 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests.conftest import DEMO_DIR, ROOT, replay
+from tests.support.console import ALICE_SCRYPT, basic, console_settings, demo_inventory
 from trainguard.actions.audit import AuditLog, read_entries
-from trainguard.actions.drivers import DryRunDriver, Inventory, JobInfo, NodeInfo
+from trainguard.actions.drivers import DryRunDriver
 from trainguard.actions.executor import ActionExecutor
 from trainguard.actions.silences import Silences
-from trainguard.console.app import create_app, sha256_hex
+from trainguard.console.app import create_app
 from trainguard.console.data import ConsoleData
-from trainguard.console.passwords import hash_password
 from trainguard.dataflows.config import Settings
 
 ARTIFACTS = ROOT / "test-artifacts"
-ALICE_SCRYPT = hash_password("alice-pw", n=2**10)  # cheap cost for the tests; the default is 2**14
-
-
-def console_settings(audit: Path) -> Settings:
-    return msgspec.convert(
-        {
-            "audit_log": str(audit),
-            "console": {
-                "users": [
-                    {"name": "alice", "role": "operator", "password_scrypt": ALICE_SCRYPT},
-                    {"name": "victor", "role": "viewer", "password_sha256": sha256_hex("victor-pw")},  # older configs
-                    {"name": "robot", "role": "viewer", "token_sha256": sha256_hex("s3cret-token")},
-                ]
-            },
-        },
-        Settings,
-    )
-
-
-def demo_inventory() -> Inventory:
-    nodes = {f"gpu-node-{i:02d}": NodeInfo(f"gpu-node-{i:02d}", "mixed", ("gpu",)) for i in range(1, 13)}
-    jobs = {j: JobInfo(j, f"job-{j}", "RUNNING", "gpu") for j in ("1001", "1002", "1003", "1004", "1005")}
-    return Inventory(nodes=nodes, jobs=jobs)
-
-
-def basic(user: str, password: str) -> dict[str, str]:
-    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import replay
+from tests.support.paths import FIXTURES
 from trainguard.datasets.corpus import CORPUS_DIR, evaluate, score
 
-FIXTURES = Path(__file__).parent / "fixtures"
 needs_corpus = pytest.mark.skipif(
     not CORPUS_DIR.is_dir(), reason=f"real-log corpus not found at {CORPUS_DIR} (shared/datasets beside the checkout)"
 )

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import csv
-from pathlib import Path
 
 import pytest
 
+from tests.support.paths import SHARED_DATASETS
 from trainguard.detectors.events import GpuSample, LogRecord, ProgressRecord
 from trainguard.detectors.monitor import JobMonitor, NodeMonitor
 
-PAI = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "alibaba-pai2020-minibatch" / "data"
+PAI = SHARED_DATASETS / "alibaba-pai2020-minibatch" / "data"
 T0 = 1_796_000_000.0
 
 

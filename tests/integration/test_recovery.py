@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from tests.conftest import Broker, replay, stop_process
+from tests.support.kafka import consume_all
 from tests.support.tansu import start_trainguard
-from tests.test_kafka_live import consume_all
 from trainguard.actions.audit import read_entries
 from trainguard.dataflows.config import KafkaSettings
 from trainguard.dataflows.kafka_io import create_topics, produce_replay

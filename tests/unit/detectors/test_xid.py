@@ -6,6 +6,7 @@ import csv
 
 import pytest
 
+from tests.support.paths import SHARED_DATASETS
 from trainguard.actions.policy import Policy, PolicyConfig
 from trainguard.detectors.events import GpuSample, LogRecord
 from trainguard.detectors.gpu_health import GpuHealth
@@ -90,11 +91,10 @@ def test_a_line_naming_an_earlier_xid_is_blamed_on_that_xid() -> None:
 
 
 def test_the_real_gsp_timeout_dump_is_one_anomaly_that_resets_the_gpu() -> None:
-    from pathlib import Path
 
     from trainguard.agents.logimport import import_lines
 
-    path = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "nvidia-xid-catalog" / "dmesg-with-xid-119.log"
+    path = SHARED_DATASETS / "nvidia-xid-catalog" / "dmesg-with-xid-119.log"
     if not path.is_file():
         pytest.skip(f"real dmesg dump not found at {path}")
     mon = JobMonitor("5")

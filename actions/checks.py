@@ -29,17 +29,24 @@ JOB_ACTIONS = ("requeue_job", "hold_job", "release_job", "cancel_job")
 FINISHED_JOB_STATES = job_states.FINISHED
 
 
+def partitions_of(inventory: Inventory, nodes: list[str], job_id: str | None) -> set[str]:
+    """The partitions of these nodes and of the job, as the scheduler's inventory knows them."""
+    partitions = {p for n in nodes if n in inventory.nodes for p in inventory.nodes[n].partitions}
+    job = inventory.jobs.get(job_id or "")
+    if job is not None:
+        partitions.add(job.partition)
+    return partitions
+
+
 def mode_for(config: PolicyConfig, action: Action, anomaly: Anomaly, inventory: Inventory | None) -> Mode:
     """The mode of the first scope that covers this action's node or job (else the cluster's)."""
     partitions: set[str] = set()
     names = {anomaly.job_id} if anomaly.job_id else set()
     if inventory is not None:
-        node = inventory.nodes.get(action.target) if action.action in NODE_ACTIONS else None
-        if node is not None:
-            partitions.update(node.partitions)
+        nodes = [action.target] if action.action in NODE_ACTIONS else []
+        partitions = partitions_of(inventory, nodes, anomaly.job_id)
         job = inventory.jobs.get(anomaly.job_id or "")
         if job is not None:
-            partitions.add(job.partition)
             names.add(job.name)
     for scope in config.scopes:
         if scope.partition is not None and scope.partition not in partitions:

@@ -35,7 +35,7 @@ import msgspec
 
 from trainguard.actions.audit import AuditLog, read_entries
 from trainguard.actions.breaker import CircuitBreaker
-from trainguard.actions.checks import already_done, invalid_target, mode_for, shows_effect
+from trainguard.actions.checks import already_done, invalid_target, mode_for, partitions_of, shows_effect
 from trainguard.actions.commands import Attempt, CommandFailed
 from trainguard.actions.drivers import Inventory, SchedulerDriver, clean_reason
 from trainguard.actions.policy import Mode, PolicyConfig
@@ -159,15 +159,9 @@ class ActionExecutor:
     def _silence_for(self, anomaly: Anomaly) -> Silence | None:
         if self.silences is None:
             return None
-        partitions: set[str] = set()
-        if self._inventory is not None:  # partitions are known only once the scheduler was read
-            inventory = self._inventory[1]
-            for node in anomaly.nodes:
-                if node in inventory.nodes:
-                    partitions.update(inventory.nodes[node].partitions)
-            job = inventory.jobs.get(anomaly.job_id or "")
-            if job is not None:
-                partitions.add(job.partition)
+        # Partitions are known only once the scheduler was read.
+        known = self._inventory
+        partitions = partitions_of(known[1], anomaly.nodes, anomaly.job_id) if known is not None else set()
         return self.silences.matching(anomaly, partitions)
 
     def approve(self, anomaly: Anomaly, action: Action, user: str) -> Action:

@@ -33,15 +33,24 @@ class InputTopics(NamedTuple):
     clock_partitions: list[str]  # "<stream>/<partition>" for every partition, for the watermark
 
 
-def check_topics(settings: KafkaSettings, timeout_s: float = 10.0) -> InputTopics:
-    """The input topics that exist on the brokers; one-sentence error when none do."""
+def broker_topics(settings: KafkaSettings, timeout_s: float = 10.0) -> dict[str, Any]:
+    """The brokers' topic metadata; one sentence (not librdkafka's retry log) when they cannot be reached."""
     if not settings.brokers:
         raise ConfigError("no Kafka brokers given; pass --brokers HOST:PORT or set TRAINGUARD_BROKERS.")
-    admin = AdminClient({"bootstrap.servers": ",".join(settings.brokers), **settings.extra})
+    # log_level 0: this probe stays quiet; the clients created afterwards log as configured.
+    admin = AdminClient({"bootstrap.servers": ",".join(settings.brokers), **settings.extra, "log_level": 0})
     try:
-        metadata = admin.list_topics(timeout=timeout_s).topics
+        return admin.list_topics(timeout=timeout_s).topics
     except Exception as exc:  # confluent-kafka raises KafkaException with a nested error
-        raise ConfigError(f"cannot reach Kafka brokers {','.join(settings.brokers)} ({exc}).") from None
+        raise ConfigError(
+            f"cannot reach the Kafka brokers at {','.join(settings.brokers)} within {timeout_s:g} s ({exc}); "
+            "check --brokers / TRAINGUARD_BROKERS."
+        ) from None
+
+
+def check_topics(settings: KafkaSettings, timeout_s: float = 10.0) -> InputTopics:
+    """The input topics that exist on the brokers; one-sentence error when none do."""
+    metadata = broker_topics(settings, timeout_s)
     topics: list[str] = []
     partitions: list[str] = []
     for stream in TOPICS:

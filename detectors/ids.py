@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
 
 def _digest(*parts: object) -> str:
@@ -67,6 +68,22 @@ class GpuNames:
 def action_id(anomaly: str, action: str, target: str) -> str:
     """Idempotency key of one action on one target for one anomaly."""
     return "ac-" + _digest(anomaly, action, target)
+
+
+# What :func:`evidence_line` puts before a line: ``node``, ``node/rank3`` or ``?``.
+EVIDENCE_PREFIX = re.compile(r"^[^\s/]+(?:/rank\d+)?: ")
+
+
+def quoted_line(entry: str) -> str | None:
+    """The log line an evidence entry quotes, without where it was seen (``None``: not a quote).
+
+    >>> quoted_line(evidence_line("n1", 3, "CUDA error: an illegal memory access"))
+    'CUDA error: an illegal memory access'
+    >>> quoted_line("step time 1.60s vs baseline 1.03s") is None
+    True
+    """
+    m = EVIDENCE_PREFIX.match(entry)
+    return entry[m.end() :] if m else None
 
 
 def evidence_line(node: str | None, rank: int | None, text: str, limit: int = 300) -> str:

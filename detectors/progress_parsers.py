@@ -6,12 +6,13 @@ Megatron-LM / Megatron-DeepSpeed, torchtitan, DeepSpeed (engine and timer lines)
 tqdm bars as printed by HF Trainer, PyTorch Lightning and NeMo, HF Trainer's
 metric dicts, MMCV/MMDetection and BasicSR loggers, and JSON metric lines.
 ``step`` is ``None`` when a line proves progress but carries no step number
-(HF Trainer's ``{'loss': ...}`` dicts); the monitor counts those itself.
-``nonfinite`` flags a NaN/Inf loss or gradient norm in the line.
+(HF Trainer's ``{'loss': ...}`` dicts); the monitor counts those itself. A NaN/Inf
+loss in a progress line is the signature catalogue's to find (the monitor matches
+progress lines too).
 
 >>> parse_progress("iteration      120/  500000 | consumed samples: 7680 | "
 ...                "elapsed time per iteration (ms): 4247.9 | learning rate: 1.0E-04 |")
-ParsedProgress(step=120, step_time_s=4.2479, tokens_per_s=None, samples_per_s=None, nonfinite=False)
+ParsedProgress(step=120, step_time_s=4.2479, tokens_per_s=None, samples_per_s=None)
 >>> parse_progress("step: 40  loss:  7.1234  memory: 30.1GiB(40.2%)  tps: 5,320  mfu: 30.2%").tokens_per_s
 5320.0
 >>> round(parse_progress(" 12%|█▏        | 60/500 [00:43<05:16,  1.39it/s]").step_time_s, 3)
@@ -33,7 +34,6 @@ class ParsedProgress(NamedTuple):
     step_time_s: float | None = None
     tokens_per_s: float | None = None
     samples_per_s: float | None = None
-    nonfinite: bool = False
 
 
 class RankScore(NamedTuple):
@@ -52,7 +52,6 @@ _MEGATRON = re.compile(
     rf"(?P<elapsed>{_NUM})"
 )
 _MEGATRON_SPS = re.compile(rf"samples per second:\s*(?P<sps>{_NUM})")
-_NONFINITE = re.compile(r"(?:loss|norm)['\"]?\s*[:=]\s*['\"]?[-+]?(?:nan|inf|NaN|Inf)\b")
 _TORCHTITAN = re.compile(rf"\bstep:\s*(?P<step>\d+)\b.*?\btps:\s*(?P<tps>{_NUM})")
 _DS_TIMER = re.compile(
     rf"(?:global_step=(?P<gstep>\d+).*?CurrSamplesPerSec=(?P<cur>{_NUM}))|"
@@ -90,10 +89,7 @@ def parse_progress(line: str) -> ParsedProgress | None:
     """A progress observation from one log line, or ``None`` when it holds none."""
     if "\x1b" in line:
         line = _ANSI.sub("", line)
-    parsed = _parse(line)
-    if parsed is not None and ("nan" in line or "inf" in line or "NaN" in line) and _NONFINITE.search(line):
-        return parsed._replace(nonfinite=True)
-    return parsed
+    return _parse(line)
 
 
 def _parse(line: str) -> ParsedProgress | None:

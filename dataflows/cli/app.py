@@ -296,12 +296,11 @@ def demo(
     rows = fault_table(labels, [msgspec.to_builtins(a) for a in report.anomalies])
     nodes = {lab["fault_id"]: lab["nodes"] for lab in labels}
     found = [r for r in rows if r["detected"]]
-    faults = rows
     console.print(
-        f"Found {len(found)} of the {len(faults)} labelled faults: "
+        f"Found {len(found)} of the {len(rows)} labelled faults: "
         + ", ".join(f"{r['kind']} on {', '.join(nodes[r['fault_id']]) or 'job ' + str(r['job_id'])}" for r in found)
     )
-    if len(found) != len(faults):
+    if len(found) != len(rows):
         raise typer.Exit(1)
 
 

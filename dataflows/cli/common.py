@@ -80,18 +80,13 @@ def kafka_settings(config: Path | None, brokers: str) -> Settings:
 
 
 def _require_reachable(settings: Settings, timeout_s: float = 5.0) -> None:
-    """One line when the brokers cannot be reached, instead of librdkafka's retry log."""
-    from confluent_kafka.admin import AdminClient
+    """One line when the brokers cannot be reached, before any producer starts."""
+    from trainguard.dataflows.kafka_io import broker_topics
 
-    # log_level 0: this probe stays quiet; the real clients created afterwards log as configured.
-    admin = AdminClient({"bootstrap.servers": ",".join(settings.kafka.brokers), **settings.kafka.extra, "log_level": 0})
     try:
-        admin.list_topics(timeout=timeout_s)
-    except Exception as exc:  # confluent-kafka raises KafkaException wrapping a KafkaError
-        raise fail(
-            f"cannot reach the Kafka brokers at {','.join(settings.kafka.brokers)} within {timeout_s:g} s ({exc}); "
-            "check --brokers / TRAINGUARD_BROKERS."
-        ) from None
+        broker_topics(settings.kafka, timeout_s)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
 
 
 def publishing_settings(config: Path | None, brokers: str, out: Path | None) -> Settings:

@@ -22,10 +22,10 @@ from trainguard.cli.templates import TEMPLATE_EVIDENCE
 from trainguard.dataflows.archive import anomaly_from_row, epoch_times, read_dataset
 from trainguard.detectors.describe import summary
 from trainguard.detectors.events import Anomaly
+from trainguard.detectors.ids import quoted_line
 from trainguard.detectors.signatures import match_line
 from trainguard.detectors.xid import xid_info
 
-_WHERE = re.compile(r"^[^\s/]+(?:/rank\d+)?: ")
 _XID = re.compile(r"^xid_(\d+)$")
 RUNBOOKS = "docs/runbooks.md"
 
@@ -77,7 +77,7 @@ def _rule(anomaly: Anomaly, config: Any) -> str:
     for line in anomaly.evidence:
         if line.startswith(TEMPLATE_EVIDENCE):
             continue
-        match = match_line(_WHERE.sub("", line, count=1))
+        match = match_line(quoted_line(line) or line)
         if match is not None:
             sig = match.signature
             return f"signature {sig.id} ({sig.category}, {sig.layer}): /{sig.pattern}/ matched {line!r}"

@@ -9,7 +9,6 @@ and ranks the templates by the anomalies they appear in: the catalogue's to-do l
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,9 +20,8 @@ from rich.text import Text
 
 from trainguard.cli.common import console, err_console
 from trainguard.dataflows.archive import read_dataset
+from trainguard.detectors.ids import quoted_line
 
-# The place ``detectors.ids.evidence_line`` puts before a line: ``node``, ``node/rank3`` or ``?``.
-_WHERE = re.compile(r"^[^\s/]+(?:/rank\d+)?: ")
 # What ``detectors.templates.TemplateHit.evidence`` adds to an anomaly's evidence: not a log line.
 TEMPLATE_EVIDENCE = "template: "
 
@@ -52,8 +50,7 @@ def evidence_text(entry: str) -> str | None:
     """
     if entry.startswith(TEMPLATE_EVIDENCE):
         return None
-    m = _WHERE.match(entry)
-    return entry[m.end() :] if m else None
+    return quoted_line(entry)
 
 
 def mine_unclassified(anomalies: pl.DataFrame) -> list[TemplateRow]:

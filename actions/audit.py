@@ -20,11 +20,23 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 
 OUTCOMES = ("recommended", "applied", "failed", "suppressed")
+
+
+def open_lines(path: Path) -> BinaryIO:
+    """``path`` opened to append JSON Lines, starting on a fresh line: a last line torn by a crash
+    mid-write stays one garbled line (skipped when read) and never swallows the next entry."""
+    fh = open(path, "a+b")  # noqa: SIM115 - the caller closes it
+    fh.seek(0, os.SEEK_END)
+    if fh.tell() > 0:
+        fh.seek(-1, os.SEEK_END)
+        if fh.read(1) != b"\n":
+            fh.write(b"\n")
+    return fh
 
 
 class AuditLog:
@@ -33,7 +45,7 @@ class AuditLog:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.path, "ab")  # noqa: SIM115 - held open for the process lifetime
+        self._fh = open_lines(self.path)  # held open for the process lifetime
 
     def append(self, entry: dict[str, Any] | msgspec.Struct) -> None:
         self.extend([entry])

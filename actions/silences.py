@@ -32,7 +32,7 @@ from pathlib import Path
 
 import msgspec
 
-from trainguard.actions.audit import AuditLog, read_entries
+from trainguard.actions.audit import AuditLog, open_lines, read_entries
 from trainguard.detectors.events import Anomaly
 
 __all__ = ["Silence", "SilenceError", "Silences", "parse_duration"]
@@ -159,7 +159,7 @@ class Silences:
 
     def _write(self, silence: Silence, event: str, by: str, at: float) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "ab") as fh:
+        with open_lines(self.path) as fh:
             fh.write(msgspec.json.encode(silence) + b"\n")
             fh.flush()
             os.fsync(fh.fileno())

@@ -35,12 +35,15 @@ def pci_address(text: str) -> str:
 
     >>> pci_address("00000000:3B:00.0") == pci_address("PCI:0000:3b:00") == "0000:3b:00"
     True
+    >>> pci_address("zz:yy:xx")  # telemetry is untrusted: what does not parse is kept as written
+    'zz:yy:xx'
     """
     text = text.strip().lower().removeprefix("pci:")
     parts = text.split(".")[0].split(":")
-    if len(parts) == 3:
-        return f"{int(parts[0], 16):04x}:{parts[1]}:{parts[2]}"
-    return text
+    try:
+        return f"{int(parts[0], 16):04x}:{parts[1]}:{parts[2]}" if len(parts) == 3 else text
+    except ValueError:
+        return text
 
 
 class GpuNames:

@@ -303,6 +303,9 @@ def test_audit_query_and_compaction(tmp_path: Path):
     import polars as pl
 
     assert pl.read_parquet(tmp_path / "audit.parquet").filter(pl.col("event") == "applied").height == 4
+    # The next process appends after the torn line, on a line of its own: nothing more is lost.
+    AuditLog(audit).append({"event": "breaker", "open": False, "recorded_at": 1.0})
+    assert query(audit).height == 9
 
 
 # ---------------------------------------------------------------- drivers

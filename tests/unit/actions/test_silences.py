@@ -127,3 +127,15 @@ def test_silences_over_http_need_an_operator_and_the_csrf_token(tmp_path: Path) 
     assert client.post(f"/api/silences/{made['silence_id']}/expire", headers=csrf).status_code == 200
     assert client.post(f"/api/silences/{made['silence_id']}/expire", headers=csrf).status_code == 404
     assert [e["event"] for e in read_entries(audit)] == ["silence_added", "silence_expired"]
+
+
+def test_a_garbled_silences_file_loses_only_its_garbled_lines(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    store = Silences(path)
+    kept = store.add(node="n7", duration_s=3600, reason="RMA", by="alice", now=0.0)
+    with open(path, "ab") as fh:  # a torn write, a record of another shape, text that is not JSON
+        fh.write(b'{"silence_id": "si-x", "starts_at": "soon"}\n\x00\xffnot json\n{"silence_id": "si-torn", "starts')
+    assert Silences(path).all() == [kept]
+    assert Silences(path).matching(_anomaly(100.0)) == kept
+    later = store.add(job="llm-*", duration_s=60, reason="upgrade", by="bob", now=0.0)  # after the torn line
+    assert Silences(path).all() == [kept, later]

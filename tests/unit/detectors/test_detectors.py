@@ -174,3 +174,18 @@ def test_a_gpu_is_named_node_slash_index_everywhere_once_its_telemetry_gives_its
     node.observe(GpuSample(ts=90.0, node="n2", gpu=3, pci_bus_id="00000000:4B:00.0", util_pct=0.0))
     (idle,) = node.observe(log(100.0, xid, rank=None, node="n2", job=None))
     assert idle.gpus == ["n2/3"]
+
+
+def test_a_malformed_pci_bus_id_in_telemetry_is_kept_as_written_and_a_wrong_type_is_a_dead_letter():
+    from trainguard.detectors.events import DeadLetter, decode
+
+    mon = JobMonitor("7")
+    for pci in ("zz:yy:xx", "", "garbage"):  # untrusted telemetry never stops the monitor
+        mon.observe(GpuSample(ts=90.0, job_id="7", node="n2", gpu=0, pci_bus_id=pci, util_pct=99.0))
+    (found,) = mon.observe(
+        log(100.0, "NVRM: Xid (PCI:0000:4b:00): 79, pid=1, GPU has fallen off the bus.", rank=None, node="n2")
+    )
+    assert found.gpus == ["n2/0000:4b:00"]
+    payload = b'{"ts": 1796205600, "node": "n2", "gpu": 0, "pci_bus_id": 5}'
+    dead = decode("gpu", payload)
+    assert isinstance(dead, DeadLetter) and "pci_bus_id" in dead.reason and dead.payload == payload

@@ -151,7 +151,7 @@ class AdversarialSim(ClusterSim):
         node = sample["node"]
         if (sample["util_pct"] or 0.0) < 5.0:
             # Idle GPUs are not still: sensor noise and a slow drift of the room.
-            frac = (t - BASE_TS) / self.duration_s
+            frac = (t - self.t0) / self.duration_s
             sample["temp_c"] = round(sample["temp_c"] + self.idle_drift[node] * frac + rng.gauss(0, 0.8), 1)
             sample["power_w"] = round(sample["power_w"] + 3.0 * math.sin(frac * 6.0) + rng.gauss(0, 2.0), 1)
         if not self.odd_exporter[node]:

@@ -1,8 +1,8 @@
 """Replay throughput benchmark: ``python -m trainguard.datasets.bench [--preset default] [--run 1 p1 p2] [--repeat 5]``.
 
-Generates a workload — a synthetic mix (Megatron log lines, per-rank progress,
-GPU samples, scheduler events, with a crash, a hang and a straggler per job
-family) or a generator preset — writes it as a replay directory, and replays it
+Generates a workload — the ``mix`` preset (Megatron log lines, per-rank progress,
+GPU samples, scheduler events, with a hang and a straggler in every four jobs)
+or another preset — writes it as a replay directory, and replays it
 through the real dataflow once per configuration per repeat, the configurations
 taking turns so that each meets the machine in the same moods. Prints the
 replay reader's own rate, events/s per configuration (median, start-up
@@ -18,36 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from trainguard.datasets.scenario import BASE_TS, Job, Scenario
-
-
-def synthetic_mix(jobs: int, minutes: float, seed: int = 1) -> Scenario:
-    """``jobs`` two-node jobs: half log Megatron lines from rank 0, half send per-rank progress."""
-    sc = Scenario(seed=seed, duration_s=minutes * 60)
-    nodes: list[str] = []
-    busy: dict[str, tuple[float, float]] = {}
-    end = BASE_TS + minutes * 60
-    for j in range(jobs):
-        pair = [f"node-{2 * j:04d}", f"node-{2 * j + 1:04d}"]
-        nodes += pair
-        kind = j % 4
-        job = Job(
-            str(10_000 + j),
-            pair,
-            BASE_TS + 30,
-            end - 30,
-            step_s=1.0 + (j % 3) * 0.5,
-            per_rank_progress=j % 2 == 1,
-            stop_progress_at=BASE_TS + minutes * 30 if kind == 2 else None,
-            slow_from=BASE_TS + minutes * 20 if kind == 3 else None,
-            slow_rank=3 if kind == 3 else None,
-            pauses=[(BASE_TS + minutes * 40, 90.0, "checkpoint")],
-        )
-        sc.run_job(job)
-        sc.sched_job(job.end, job, "COMPLETED", 0)
-        busy.update({n: (job.start, job.end) for n in pair})
-    sc.gpu_samples(nodes, busy, missing={}, slow_gpu={}, xids={})
-    return sc
+from trainguard.datasets.generator import write_scenario
 
 
 def _spin(_: object = None) -> float:
@@ -108,13 +79,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         if args.preset:
-            from trainguard.datasets.generator import write_scenario
-
             write_scenario(args.preset, args.seed, directory)
             workload = f"`{args.preset}` preset, seed {args.seed}"
         else:
-            synthetic_mix(args.jobs, args.minutes).write(directory)
-            workload = f"synthetic mix, {args.jobs} jobs × {args.minutes:g} min"
+            write_scenario("mix", 1, directory, nodes=2 * args.jobs, minutes=args.minutes)
+            workload = f"`mix` preset, {args.jobs} jobs × {args.minutes:g} min"
         (directory / "labels.jsonl").unlink()
         total = count_records(directory)
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import msgspec
 
-from trainguard.datasets.scenario import (
+from trainguard.datasets.records import (
     BASE_TS,
     GPUS_PER_NODE,
     gpu_sample,
@@ -131,6 +131,7 @@ class JobSim:
     rhythm_printed: bool = False
     phase: tuple[str, float] | None = None  # (eval | checkpoint, until): what the GPUs are doing
     fault: Fault | None = None
+    fault_done: bool = False
     end_state: str = "COMPLETED"
     # state
     step: int = 0
@@ -138,7 +139,6 @@ class JobSim:
     stalled_at: float | None = None
     slow: tuple[float, int, float] | None = None  # (from, rank or -1 for a NIC, factor)
     idle_gpu: tuple[str, int] | None = None  # the hung culprit
-    gone: dict[tuple[str, int], float] = field(default_factory=dict)
     hot: dict[tuple[str, int], float] = field(default_factory=dict)
     nan_from: float | None = None
     ended: bool = False
@@ -173,9 +173,18 @@ class Sink:
 class ClusterSim:
     """The whole cluster: jobs, nodes, faults, labels."""
 
-    def __init__(self, seed: int, nodes: int, duration_s: float, gpu_interval_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        seed: int,
+        nodes: int,
+        duration_s: float,
+        gpu_interval_s: float = 10.0,
+        names: str = "gpu-node-{:04d}",
+        t0: float = BASE_TS,
+    ) -> None:
         self.rng = random.Random(seed)
-        self.nodes = [f"gpu-node-{i:04d}" for i in range(1, nodes + 1)]
+        self.nodes = [names.format(i) for i in range(1, nodes + 1)]
+        self.t0 = t0
         self.duration_s = duration_s
         self.gpu_interval_s = gpu_interval_s
         self.jobs: list[JobSim] = []
@@ -189,6 +198,8 @@ class ClusterSim:
         self.degrading: dict[tuple[str, int], float] = {}
         self.resets: dict[str, float] = {}
         self.dbe_at: dict[tuple[str, int], float] = {}  # a double-bit error lands at this time
+        # A GPU that fell off the bus stays gone after its job has failed, until somebody repairs the node.
+        self.gone: dict[tuple[str, int], float] = {}
         self.later: list[tuple[float, str, str]] = []  # (ts, node, kernel line) not tied to a job's fault
 
     # -- labels -------------------------------------------------------------------
@@ -270,8 +281,8 @@ class ClusterSim:
         rng = self.rng
         while not job.ended and job.stalled_at is None and job.next_ts < min(t1, job.end):
             ts = job.next_ts
-            if job.fault is not None and job.fault.at <= ts and not getattr(job, "_fault_done", False):
-                job._fault_done = True  # type: ignore[attr-defined]
+            if job.fault is not None and job.fault.at <= ts and not job.fault_done:
+                job.fault_done = True
                 self.inject(sink, job, job.fault)
                 if job.stalled_at is not None:
                     break
@@ -405,7 +416,7 @@ class ClusterSim:
                 source="kernel",
             )
             if name == "xid79":
-                job.gone[(node, g)] = t
+                self.gone[(node, g)] = t
                 what = "CUDA error: unspecified launch failure"
             elif name in ("xid48", "xid95", "row_remap_failure"):
                 what = "CUDA error: uncorrectable ECC error encountered"
@@ -531,7 +542,7 @@ class ClusterSim:
                     job = None
                 running = job is not None and job.start <= t and (job.stalled_at is None or job.idle_gpu)
                 for g in range(GPUS_PER_NODE):
-                    if job is not None and (node, g) in job.gone and t >= job.gone[(node, g)]:
+                    if (node, g) in self.gone and t >= self.gone[(node, g)]:
                         continue
                     c = self.counters[(node, g)]
                     if node in self.resets and t >= self.resets[node]:
@@ -567,7 +578,7 @@ def _plan(sim: ClusterSim, faults: list[str], jobs: int, nodes_per_job: int, ben
     """Lay out jobs over the cluster and assign faults and confounders to them."""
     rng = sim.rng
     d = sim.duration_s
-    t0 = BASE_TS
+    t0 = sim.t0
     free = list(sim.nodes)
     rng.shuffle(free)
     idle_pool = free[jobs * nodes_per_job :]
@@ -633,12 +644,80 @@ def _plan(sim: ClusterSim, faults: list[str], jobs: int, nodes_per_job: int, ben
             sim.label(f"f-degraded-{node}", name, at, None, [node], [], [f"{node}/{g}"])
 
 
-PRESETS = ("default", "llama3", "scale", "adversarial")
+def build_demo(seed: int = 0) -> ClusterSim:
+    """The bundled demo: five jobs on twelve nodes for 45 minutes — a GPU falls off the bus, a
+    dataloader deadlocks, a GPU runs hot — beside a checkpoint, an evaluation, a user's cancel, a
+    degrading idle GPU and a driver reload that zeroes a node's counters.
+
+    >>> sim = build_demo()
+    >>> sorted(label["fault"] for label in sim.labels if label["kind"] != "benign")
+    ['degraded_idle_node', 'hang_watchdog', 'thermal_straggler', 'xid79']
+    """
+    sim = ClusterSim(seed, 12, 45 * 60, names="gpu-node-{:02d}")
+    m, t0, n = 60.0, sim.t0, sim.nodes
+    steady = JobSim("1001", n[0:2], t0 + 1 * m, t0 + 40 * m, 2.0, pauses=[(t0 + 15 * m, 150.0, "checkpoint")])
+    crash = JobSim("1002", n[2:4], t0 + 2 * m, t0 + 45 * m, 1.5, fault=Fault("xid79", t0 + 20 * m, 1, gpu=3))
+    hang = JobSim("1003", n[4:6], t0 + 2 * m, t0 + 45 * m, 2.5, fault=Fault("hang_watchdog", t0 + 25 * m, 1, gpu=5))
+    slow = JobSim(
+        "1004",
+        n[6:8],
+        t0 + 3 * m,
+        t0 + 42 * m,
+        1.0,
+        framework="per_rank",
+        pauses=[(t0 + 30 * m, 60.0, "eval")],
+        fault=Fault("thermal_straggler", t0 + 15 * m, 1, gpu=3),
+    )
+    cancel = JobSim("1005", n[8:9], t0 + 1 * m, t0 + 12 * m, 3.0, end_state="CANCELLED")
+    sim.jobs += [steady, crash, hang, slow, cancel]
+    sim.label("benign-checkpoint", "long_checkpoint", t0 + 15 * m, steady, [])
+    sim.label("benign-eval", "eval_phase", t0 + 30 * m, slow, [])
+    sim.label("benign-cancel", "user_cancel", cancel.end, cancel, [])
+    sim.degrading[(n[9], 2)] = t0 + 30 * m
+    sim.label(f"f-degraded-{n[9]}", "degraded_idle_node", t0 + 30 * m, None, [n[9]], [], [f"{n[9]}/2"])
+    sim.resets[n[10]] = t0 + 35 * m
+    sim.label("benign-counter-reset", "counter_reset", t0 + 35 * m, None, [n[10]])
+    return sim
+
+
+def build_mix(seed: int, jobs: int, minutes: float) -> ClusterSim:
+    """A throughput workload: ``jobs`` two-node jobs, half logging Megatron lines from rank 0 and half
+    sending per-rank progress; every fourth hangs, every fourth straggles, all checkpoint once.
+
+    >>> sim = build_mix(1, jobs=4, minutes=10)
+    >>> [job.framework for job in sim.jobs], [label["fault"] for label in sim.labels]
+    (['megatron', 'per_rank', 'megatron', 'per_rank'], ['hang_silent', 'thermal_straggler'])
+    """
+    sim = ClusterSim(seed, 2 * jobs, minutes * 60, names="node-{:04d}")
+    t0, d = sim.t0, minutes * 60
+    for j in range(jobs):
+        job = JobSim(
+            str(10_000 + j),
+            sim.nodes[2 * j : 2 * j + 2],
+            t0 + 30,
+            t0 + d - 30,
+            step_s=1.0 + (j % 3) * 0.5,
+            framework="per_rank" if j % 2 else "megatron",
+            pauses=[(t0 + d * 2 / 3, 90.0, "checkpoint")],
+        )
+        if j % 4 == 2:
+            job.fault = Fault("hang_silent", t0 + d / 2, node_index=1, gpu=2)
+        elif j % 4 == 3:
+            job.fault = Fault("thermal_straggler", t0 + d / 3, node_index=0, gpu=3)
+        sim.jobs.append(job)
+    return sim
+
+
+PRESETS = ("demo", "default", "llama3", "scale", "adversarial", "mix")
 
 
 def build(preset: str, seed: int, nodes: int | None = None, minutes: float | None = None) -> ClusterSim:
-    """A planned simulation for a preset: ``default``, ``llama3``, ``scale`` or ``adversarial``."""
+    """A planned simulation for a preset: ``demo``, ``default``, ``llama3``, ``scale``, ``adversarial`` or ``mix``."""
     rng = random.Random(seed)
+    if preset == "demo":
+        return build_demo(seed)
+    if preset == "mix":
+        return build_mix(seed, jobs=(nodes or 32) // 2, minutes=minutes or 30)
     if preset == "adversarial":
         from trainguard.datasets.adversarial import build_adversarial
 
@@ -668,8 +747,8 @@ def stream(sim: ClusterSim, chunk_s: float = 60.0) -> Iterator[tuple[str, dict[s
     sink = Sink(lambda topic, record: out.append((topic, record)))
     pending = sorted(sim.jobs, key=lambda j: j.start)
     running: list[JobSim] = []
-    t = BASE_TS
-    end = BASE_TS + sim.duration_s
+    t = sim.t0
+    end = sim.t0 + sim.duration_s
     while t < end:
         t1 = min(t + chunk_s, end)
         while pending and pending[0].start < t1:

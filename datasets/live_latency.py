@@ -19,39 +19,19 @@ from pathlib import Path
 
 import msgspec
 
-from trainguard.datasets.scenario import GPUS_PER_NODE, Job, Scenario, gpu_sample, log_record
+from trainguard.datasets.generator import ClusterSim, Fault, JobSim, stream
 from trainguard.detectors.events import parse_ts
 
 
 def scenario(t0: float, seconds: float = 150.0) -> tuple[list[tuple[float, str, bytes]], float]:
     """The records (event time = intended publication time), and the crash line's time."""
-    sc = Scenario(seed=1, duration_s=seconds)
-    crash = Job("501", ["lat-node-1", "lat-node-2"], t0, t0 + seconds, 1.0, stop_progress_at=t0 + 70)
-    hang = Job("502", ["lat-node-3", "lat-node-4"], t0, t0 + seconds, 1.0, stop_progress_at=t0 + 60)
-    for job in (crash, hang):
-        sc.run_job(job)
+    sim = ClusterSim(1, 4, seconds, gpu_interval_s=5.0, names="lat-node-{}", t0=t0)
     crash_at = t0 + 70.5
-    sc.records["logs"].append(
-        log_record(
-            crash_at,
-            None,
-            "lat-node-2",
-            None,
-            "NVRM: Xid (PCI:0000:4b:00): 79, pid=1, GPU has fallen off the bus.",
-            "kernel",
-        )
-    )
-    for i in range(int(seconds // 5)):
-        t = t0 + i * 5.0
-        for node in ("lat-node-1", "lat-node-2", "lat-node-3", "lat-node-4"):
-            for g in range(GPUS_PER_NODE):
-                sc.records["gpu"].append(gpu_sample(sc.rng, t, node, g, [0, 0, 0, 0], busy=True))
+    crash = JobSim("501", sim.nodes[0:2], t0, t0 + seconds, 1.0, fault=Fault("xid79", crash_at, node_index=1))
+    hang = JobSim("502", sim.nodes[2:4], t0, t0 + seconds, 1.0, fault=Fault("hang_silent", t0 + 60, node_index=1))
+    sim.jobs += [crash, hang]
     enc = msgspec.json.Encoder()
-    out = []
-    for topic in ("logs", "progress", "gpu", "scheduler"):
-        for rec in sc.records[topic]:
-            out.append((parse_ts(rec["ts"]), topic, enc.encode(rec)))
-    out.sort(key=lambda r: r[0])
+    out = [(ts, topic, enc.encode(r)) for topic, r in stream(sim) if (ts := parse_ts(r["ts"])) <= t0 + seconds]
     return out, crash_at
 
 

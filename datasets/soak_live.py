@@ -26,7 +26,7 @@ import msgspec
 
 from trainguard.dataflows.metrics import bucket_quantile
 from trainguard.datasets import generator
-from trainguard.datasets.scenario import BASE_TS
+from trainguard.datasets.records import BASE_TS
 from trainguard.detectors.events import parse_ts
 
 

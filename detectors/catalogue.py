@@ -215,11 +215,13 @@ CATALOGUE: tuple[Signature, ...] = (
     # ``OutOfMemoryError`` is its memory monitor killing a worker) or that no OOM wording has.
     Signature(
         "host_memory_exhausted",
-        r"running low on memory|ray\.exceptions\.OutOfMemoryError|std::bad_alloc|MemoryError: Unable to allocate",
+        r"running low on memory|ray\.exceptions\.OutOfMemoryError|std::bad_alloc|MemoryError: Unable to allocate|"
+        # The GPU driver itself cannot get memory (system memory, or unified memory on Grace/GB10 hosts).
+        r"NVRM: .*(?:Out of memory \[NV_ERR_NO_MEMORY\]|NV_ERR_NO_MEMORY)",
         "host_oom",
         _SYS,
         transient=False,
-        anchors=("memory", "bad_alloc", "MemoryError"),
+        anchors=("memory", "bad_alloc", "MemoryError", "NV_ERR_NO_MEMORY"),
     ),
     # PyTorch's caching allocator says "Tried to allocate": the job asked for too much.
     Signature(
@@ -230,7 +232,8 @@ CATALOGUE: tuple[Signature, ...] = (
         r"ran out of memory (?:trying|while trying) to allocate|Allocator \(GPU_\d+_bfc\) ran out of memory|"
         r"OOM when allocating tensor|torch\.OutOfMemoryError|cudaMalloc (?:failed|retry failed).*out of memory|"
         r"ResourceExhaustedError.*(?:OOM|[Oo]ut of memory)|XlaRuntimeError: RESOURCE_EXHAUSTED|"
-        r"RESOURCE_EXHAUSTED: Failed to allocate|Resource exhausted: Attempting to allocate|"
+        r"RESOURCE_EXHAUSTED: (?:Failed to allocate|Attempting to (?:allocate|reserve))|"
+        r"Resource exhausted: Attempting to allocate|"
         r"Out of memory error on GPU \d+|memory::allocation::BadAlloc",
         "oom",
         _APP,
@@ -304,7 +307,8 @@ CATALOGUE: tuple[Signature, ...] = (
     ),
     Signature(
         "cublas_cudnn",
-        r"CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|CUBLAS failure|kernel execution error\.",
+        r"CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|CUBLAS failure|kernel execution error\.|"
+        r"cuBLAS API failed with status \d+",
         "cuda_library_error",
         _APP,
     ),
@@ -418,7 +422,9 @@ CATALOGUE: tuple[Signature, ...] = (
         r"failure detected by watchdog at work sequence id|Timeout at NCCL work|"
         r"watchdog got stuck for \d+ seconds|Heartbeat monitor timed out|detected no heartbeat of its watchdog|"
         r"Timed out initializing process group in store based barrier|got error: Socket Timeout|"
-        r"timed out in blocking wait|NCCL_BLOCKING_WAIT.*timed out|Operation timed out!?\s*$",
+        r"timed out in blocking wait|NCCL_BLOCKING_WAIT.*timed out|Operation timed out!?\s*$|"
+        # Gloo's collectives (CPU groups, barriers) time out in their own words.
+        r"gloo.*Timed out waiting \d+ms for (?:recv|send) operation",
         "nccl_timeout",
         _SYS,
         cascade=True,
@@ -635,7 +641,21 @@ CATALOGUE: tuple[Signature, ...] = (
         transient=True,
     ),
     # --- Scheduler -------------------------------------------------------------------------------------------
-    Signature("slurm_node_fail", r"DUE TO NODE FAILURE|NODE_FAIL|srun: error: Node failure on", "node_fail", _HW),
+    Signature(
+        "slurm_node_fail",
+        r"DUE TO NODE FAILURE|NODE_FAIL|(?:srun|salloc|sbatch): error: Node failure on",
+        "node_fail",
+        _HW,
+    ),
+    # Slurm could not start the job's processes on a node (its spool, its credentials, its daemon).
+    Signature(
+        "slurm_launch_failed",
+        r"slurmstepd: error: execve\(\)|srun: error: Task launch for \S+ failed on node|"
+        r"Job credential expired|slurmstepd: error: .*(?:couldn't chdir|setup failed|prolog failed)",
+        "job_launch_failed",
+        _SYS,
+        transient=True,
+    ),
     Signature(
         "slurm_cancelled",
         r"CANCELLED AT \S+ DUE TO (?:TIME LIMIT|PREEMPTION|JOB REQUEUE)",
@@ -751,6 +771,7 @@ FAMILIES: dict[str, str] = {
     "pcie_aer": "other",
     "host_kernel": "process_crash",
     "node_fail": "gpu_xid_hardware",
+    "job_launch_failed": "process_crash",
     "cuda_environment": "cuda_error",
     "python_exception": "process_crash",
     "unclassified": "unknown",
@@ -949,6 +970,8 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "socket",
     "soft lockup",
     "srun: error",
+    "slurmstepd: error",
+    "credential expired",
     "stream is capturing",
     "system not yet",
     "terminated with",

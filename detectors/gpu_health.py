@@ -198,7 +198,16 @@ class GpuHealth:
             history.popleft()
         if len(history) == 1:
             return 0, ts
-        return value - history[0][1], history[1][0]
+        rise = value - history[0][1]
+        # The climb began where the latest run of closely spaced changes began: a stray corrected
+        # error minutes earlier in the window is not its start. A climb spread over the whole
+        # window (no run holding half of it) began at its first change.
+        gap = self.settings.burst_window_s / 10
+        i = len(history) - 1
+        while i > 1 and history[i][0] - history[i - 1][0] <= gap:
+            i -= 1
+        run_rise = value - history[i - 1][1]
+        return rise, history[i][0] if 2 * run_rise >= rise else history[1][0]
 
     def _cool(self, s: GpuSample, category: str) -> bool:
         """True (and starts the cooldown) unless this GPU fired ``category`` recently."""

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 
 from trainguard.dataflows.config import ConfigError, Settings, load_settings
-from trainguard.datasets import scenario
+from trainguard.datasets import records as simulated_records
 
 # Wide enough for the score tables when output goes to a file or a CI log (Rich assumes 80 there).
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
@@ -42,7 +42,7 @@ def fail(message: str) -> typer.Exit:
 
 
 # The bundled scenario (package data of trainguard.datasets).
-DEMO_DIR = Path(scenario.__file__).resolve().parent / "samples" / "demo"  # the same in a checkout and a wheel
+DEMO_DIR = Path(simulated_records.__file__).resolve().parent / "samples" / "demo"  # the same in a checkout and a wheel
 
 
 def writable_dir(path: Path, option: str = "--out") -> Path:

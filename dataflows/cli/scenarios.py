@@ -24,8 +24,7 @@ from trainguard.cli.common import (
     settings_from,
 )
 from trainguard.dataflows.config import ConfigError, Settings
-
-PRESETS = ("demo", "default", "llama3", "scale", "adversarial")
+from trainguard.datasets.generator import PRESETS
 
 
 def generate(
@@ -46,12 +45,6 @@ def generate(
     if fmt not in ("jsonl", "parquet"):
         raise fail(f"--format must be jsonl or parquet, not {fmt!r}.")
     started = time.perf_counter()
-    if preset == "demo":
-        from trainguard.datasets.scenario import demo as demo_scenario
-
-        demo_scenario(seed).write(out)
-        console.print(f"wrote scenario demo (seed {seed}) to {out}")
-        return
     if brokers:
         from trainguard.dataflows.kafka_io import create_topics, produce_records
         from trainguard.detectors.events import parse_ts

@@ -58,19 +58,19 @@ def test_beside_hugging_face_datasets(wheels: dict[str, Path], tmp_path: Path) -
     python = _new_env(tmp_path / "env")
     _run([str(python), "-m", "pip", "install", "-q", str(wheels["main"]), str(wheels["probe"]), "datasets"], tmp_path)
     check = (
-        "import json, datasets, trainguard.datasets.scenario as ours, trainguard.detectors.xid as xid;"
+        "import json, datasets, trainguard.datasets.generator as ours, trainguard.detectors.xid as xid;"
         "print(json.dumps([datasets.__file__, hasattr(datasets, 'load_dataset'), ours.__file__, len(xid.catalog())]))"
     )
     theirs, is_hf, ours, codes = json.loads(_run([str(python), "-c", check], tmp_path).stdout)
     assert theirs.endswith("site-packages/datasets/__init__.py") and is_hf
-    assert ours.endswith("site-packages/trainguard/datasets/scenario.py")
+    assert ours.endswith("site-packages/trainguard/datasets/generator.py")
     assert codes == 172  # the vendored catalog travelled with the wheel
     # The main job runs from the installed wheel (the bundled scenario is package data).
     demo = _run([str(tmp_path / "env" / "bin" / "trainguard"), "demo", "--out", str(tmp_path / "out")], tmp_path)
     assert "Found 4 of the 4 labelled faults" in demo.stdout
     # Uninstalling Hugging Face's package leaves ours whole, and no longer answers `import datasets`.
     _run([str(python), "-m", "pip", "uninstall", "-q", "-y", "datasets"], tmp_path)
-    _run([str(python), "-c", "import trainguard.datasets.scenario"], tmp_path)
+    _run([str(python), "-c", "import trainguard.datasets.generator"], tmp_path)
     assert _run([str(python), "-c", "import datasets"], tmp_path, check=False).returncode != 0
 
 

@@ -14,7 +14,7 @@ from tests.support import slurm_scenarios as scenarios
 from tests.support.slurm_cluster import SlurmCluster
 from tests.support.slurm_scenarios import settings as slurm_settings
 from trainguard.actions.audit import read_entries
-from trainguard.datasets.scenario import job_record, log_record
+from trainguard.datasets.records import job_record, log_record
 from trainguard.detectors.crash import MAX_HELD, CrashDetector
 from trainguard.detectors.events import LogRecord
 

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from trainguard.dataflows.config import Settings
-from trainguard.datasets.scenario import job_record, log_record, rfc3339
+from trainguard.datasets.records import job_record, log_record, rfc3339
 
 RANKS_PER_NODE = 2
 

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from tests.conftest import DEMO_DIR, RunResult, replay
-from trainguard.datasets.scenario import demo
+from trainguard.datasets.generator import write_scenario
 from trainguard.detectors.events import MAX_RECORD_BYTES
 
 
@@ -63,7 +63,7 @@ def test_monitor_mode_recommends_without_acting(demo_result: RunResult):
 
 def test_replay_is_deterministic_and_format_independent(tmp_path: Path, demo_result: RunResult):
     """The JSON Lines form of the scenario (string and float stamps) gives the same anomalies as the Parquet one."""
-    demo(0).write(tmp_path)
+    write_scenario("demo", 0, tmp_path)
     again = replay(tmp_path)
     assert sorted(a.anomaly_id for a in again.anomalies) == sorted(a.anomaly_id for a in demo_result.anomalies)
     assert sorted(a.detected_at for a in again.anomalies) == sorted(a.detected_at for a in demo_result.anomalies)
@@ -83,7 +83,7 @@ def _inject(path: Path, at: int, lines: list[bytes]) -> None:
 
 
 def test_garbage_is_dead_lettered_counted_and_the_flow_keeps_going(tmp_path: Path, demo_result: RunResult):
-    demo(0).write(tmp_path)
+    write_scenario("demo", 0, tmp_path)
     logs = tmp_path / "logs.jsonl"
     first = json.loads(logs.read_bytes().splitlines()[1200])
     ts = first["ts"]
@@ -173,7 +173,7 @@ def test_topic_folders_and_mixed_formats_replay_in_time_order(tmp_path: Path, de
     """A topic may be a folder of rolled files; JSON Lines and Parquet mix freely."""
     import shutil
 
-    demo(0).write(tmp_path)
+    write_scenario("demo", 0, tmp_path)
     rows = (tmp_path / "gpu.jsonl").read_bytes().splitlines(keepends=True)
     folder = tmp_path / "gpu"
     folder.mkdir()

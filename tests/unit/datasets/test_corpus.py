@@ -1,7 +1,7 @@
 """The real-world log corpus, each excerpt replayed as one job through the real dataflow.
 
 ``tune`` is what the catalogue was grown on; ``holdout`` was never looked at while tuning
-(its numbers are regression floors, not targets we tuned to); the fixtures are two more
+(its numbers are regression floors, not targets we tuned to); the fixtures are more
 sets of real excerpts from other public threads (``tests/fixtures/extra-real-logs*.jsonl``).
 """
 
@@ -31,7 +31,10 @@ def test_corpus_parts_hold_their_measured_accuracy(part: str, fault_vs_normal: f
     assert s.normal_silent >= 0.95, s  # healthy progress and look-alikes raise nothing
 
 
-@pytest.mark.parametrize("name", ["extra-real-logs.jsonl", "extra-real-logs-3b.jsonl"])
+EXTRA_SETS = ["extra-real-logs.jsonl", *(f"extra-real-logs-{part}.jsonl" for part in ("3b", "4a", "4b"))]
+
+
+@pytest.mark.parametrize("name", EXTRA_SETS)
 def test_more_real_excerpts_from_other_threads(name: str) -> None:
     s = score(evaluate(FIXTURES / name))
     assert s.fault_vs_normal >= 0.95 and s.normal_silent >= 0.95, s

@@ -228,6 +228,29 @@ CASES = [
         "cuda_environment",
         "system",
     ),
+    # Third pass (sets 4a/4b): Slurm could not launch, a node failure seen by salloc, the driver out of
+    # memory, Gloo's timeout, cuBLAS's own error wording, XLA reserving memory
+    (
+        "slurmstepd: error: execve(): /tmp/slurmd/job00089/slurm_script: No such file or directory",
+        "job_launch_failed",
+        "system",
+    ),
+    ("srun: error: Task launch for 36.0 failed on node cn207: Job credential expired", "job_launch_failed", "system"),
+    ("salloc: error: Node failure on worker-1", "node_fail", "hardware"),
+    ("NVRM: nvCheckOkFailedNoLog: Check failed: Out of memory [NV_ERR_NO_MEMORY]", "host_oom", "system"),
+    (
+        "[rank2]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out "
+        "waiting 1800000ms for recv operation to complete",
+        "nccl_timeout",
+        "system",
+    ),
+    ("cuBLAS API failed with status 15", "cuda_library_error", "application"),
+    (
+        "E tensorflow/compiler/xla/xla_client/xla_util.cc:88]   (1) RESOURCE_EXHAUSTED: Attempting to reserve 6.48G "
+        "at the bottom of memory. That was not possible. There are 6.78G free, 0B reserved, and 3.33G reservable.",
+        "oom",
+        "application",
+    ),
 ]
 
 

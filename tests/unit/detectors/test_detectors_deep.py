@@ -171,6 +171,20 @@ def test_idle_node_counter_bursts_throttling_and_a_lost_gpu():
     assert lost.onset_ts == 20.0  # last seen
 
 
+def test_a_burst_begins_where_its_climb_began_not_at_a_stray_error_earlier_in_the_window():
+    from trainguard.detectors.gpu_health import GpuHealth
+
+    health = GpuHealth()
+    totals = [5] * 10 + [6] * 30 + [6 + 30 * k for k in range(1, 6)]  # a stray error at 100 s, the climb from 400 s
+    found = [f for i, total in enumerate(totals) for f in health.observe(gpu(i * 10.0, "n1", 0, ecc_sbe_total=total))]
+    (burst,) = [f for f in found if f.category == "ecc_sbe_burst"]
+    assert burst.onset_ts == 400.0  # the first sample of the climb, not the stray one at 100 s
+    spread = GpuHealth()  # a slow climb over the whole window (a change every 70 s) began at its first change
+    found = [f for i in range(60) for f in spread.observe(gpu(i * 10.0, "n1", 0, ecc_sbe_total=10 + 14 * (i // 7)))]
+    (burst,) = [f for f in found if f.category == "ecc_sbe_burst"]
+    assert burst.onset_ts == 70.0
+
+
 def test_gpu_lost_during_a_job_joins_the_crash_incident():
     mon = JobMonitor("6")
     found = mon.observe(

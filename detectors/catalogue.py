@@ -502,7 +502,9 @@ CATALOGUE: tuple[Signature, ...] = (
     Signature(
         "tcpstore",
         r"TCPStore|RendezvousError|RendezvousTimeoutError|RendezvousClosedError|RendezvousConnectionError|"
-        r"rendezvous.*(?:failed|timed out)|\[c10d\] The client socket has (?:timed out|failed to connect)|"
+        r"rendezvous.*(?:failed|timed out)|\[c10d\] The client socket has timed out|"
+        # ... failed to connect: but errno 22 / 97 is an address family (IPv6) the client then retries past.
+        r"\[c10d\] The client socket has failed to connect(?!.*\(errno: (?:22|97) - )|"
         r"\[c10d\].*(?:Connection reset by peer|Connection refused|recvValue failed|Read callback failed)|"
         r"connect\(\) timed out\. Original timeout|c10d store has failed|DistStoreError|DistNetworkError|"
         r"server socket has failed to (?:listen|bind)|Timed out waiting for clients|"

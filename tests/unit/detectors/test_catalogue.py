@@ -246,6 +246,12 @@ CASES = [
     ),
     ("cuBLAS API failed with status 15", "cuda_library_error", "application"),
     (
+        "[W socket.cpp:663] [c10d] The client socket has failed to connect to [::ffff:10.0.0.7]:29500 "
+        "(errno: 110 - Connection timed out).",
+        "rendezvous",
+        "system",
+    ),
+    (
         "E tensorflow/compiler/xla/xla_client/xla_util.cc:88]   (1) RESOURCE_EXHAUSTED: Attempting to reserve 6.48G "
         "at the bottom of memory. That was not possible. There are 6.78G free, 0B reserved, and 3.33G reservable.",
         "oom",
@@ -274,6 +280,11 @@ LOOK_ALIKES = [
     "{'loss': 0.0923, 'grad_norm': 2.383980345174379, 'learning_rate': 9.7e-05, 'epoch': 0.38}",
     "Saving checkpoint to /ckpt/global_step2000",
     "iteration     3383/    8000 | lm loss: 7.334521E-01 | grad norm: 0.752 | number of nan iterations:   0 |",
+    # c10d tries an address family the host lacks (IPv6), warns, and connects over the next one.
+    "[W socket.cpp:601] [c10d] The client socket has failed to connect to [node-a12]:22456 "
+    "(errno: 22 - Invalid argument).",
+    "[W socket.cpp:558] [c10d] The client socket has failed to connect to [localhost]:29500 "
+    "(errno: 97 - Address family not supported by protocol).",
 ]
 
 

@@ -1,4 +1,4 @@
-"""Replay throughput benchmark: ``python -m trainguard.datasets.bench [--preset default] [--run 1 p1 p2] [--repeat 5]``.
+"""Replay throughput benchmark: ``trainguard bench replay [--preset default] [--run 1 --run p2] [--repeat 5]``.
 
 Generates a workload — the ``mix`` preset (Megatron log lines, per-rank progress,
 GPU samples, scheduler events, with a hang and a straggler in every four jobs)
@@ -12,7 +12,6 @@ same count for all, or something is wrong).
 
 from __future__ import annotations
 
-import argparse
 import resource
 import tempfile
 import time
@@ -42,33 +41,34 @@ def machine_ceiling(processes: int) -> float:
     return processes * alone / together
 
 
-def _config(text: str) -> tuple[str, int]:
-    """``1`` (one in-process worker), ``t2`` (two worker threads), ``p2`` (two worker processes)."""
-    kind = text[0] if text[0] in "tp" else "t"
+def parse_config(text: str) -> tuple[str, int]:
+    """``1`` (one in-process worker), ``t2`` (two worker threads), ``p2`` (two worker processes).
+
+    >>> parse_config("p2"), parse_config("1")
+    (('p', 2), ('t', 1))
+    """
+    kind = text[0] if text[:1] in ("t", "p") else "t"
     try:
         n = int(text.lstrip("tp"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: use N, tN (threads) or pN (processes)") from None
+        raise ValueError(f"{text!r} is not a configuration: use N, tN (threads) or pN (processes).") from None
+    if n < 1:
+        raise ValueError(f"{text!r}: at least one worker.")
     return kind, n
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description="trainguard replay throughput benchmark")
-    parser.add_argument("--jobs", type=int, default=16)
-    parser.add_argument("--minutes", type=float, default=30.0)
-    parser.add_argument(
-        "--run",
-        type=_config,
-        nargs="+",
-        default=[("t", 1)],
-        help="configurations, run in turn each repeat so they share the machine's good and bad moments: "
-        "1 (one worker), tN (N worker threads), pN (N worker processes, each reading its shard)",
-    )
-    parser.add_argument("--preset", help="replay a generated scenario preset (e.g. default) instead of the mix")
-    parser.add_argument("--seed", type=int, default=11, help="the preset's seed")
-    parser.add_argument("--repeat", type=int, default=5, help="runs of each configuration; the median is printed")
-    args = parser.parse_args()
+def replay_throughput(
+    configs: list[tuple[str, int]],
+    preset: str | None = None,
+    seed: int = 11,
+    jobs: int = 16,
+    minutes: float = 30.0,
+    repeat: int = 5,
+) -> None:
+    """Replay the workload once per configuration per repeat, configurations taking turns; print the rates.
 
+    ``configs``: what :func:`parse_config` returns, e.g. ``[("t", 1), ("p", 2)]``.
+    """
     from trainguard.dataflows.config import Settings
     from trainguard.dataflows.flow import Outputs, build_flow
     from trainguard.dataflows.pipeline import run as run_threads
@@ -78,12 +78,12 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        if args.preset:
-            write_scenario(args.preset, args.seed, directory)
-            workload = f"`{args.preset}` preset, seed {args.seed}"
+        if preset:
+            write_scenario(preset, seed, directory)
+            workload = f"`{preset}` preset, seed {seed}"
         else:
-            write_scenario("mix", 1, directory, nodes=2 * args.jobs, minutes=args.minutes)
-            workload = f"`mix` preset, {args.jobs} jobs × {args.minutes:g} min"
+            write_scenario("mix", 1, directory, nodes=2 * jobs, minutes=minutes)
+            workload = f"`mix` preset, {jobs} jobs × {minutes:g} min"
         (directory / "labels.jsonl").unlink()
         total = count_records(directory)
 
@@ -91,12 +91,12 @@ def main() -> None:
         sum(1 for _ in merged_events(directory))
         read_rate = total / (time.perf_counter() - started)
 
-        timings: dict[tuple[str, int], list[float]] = {c: [] for c in args.run}
-        most = max((n for kind, n in args.run if kind == "p"), default=1)
+        timings: dict[tuple[str, int], list[float]] = {c: [] for c in configs}
+        most = max((n for kind, n in configs if kind == "p"), default=1)
         ceilings: list[float] = []
-        found: dict[tuple[str, int], set[int]] = {c: set() for c in args.run}
-        for _ in range(args.repeat):
-            for kind, n in args.run:
+        found: dict[tuple[str, int], set[int]] = {c: set() for c in configs}
+        for _ in range(repeat):
+            for kind, n in configs:
                 anomalies: list = []
                 outputs = Outputs(on_anomalies=anomalies.extend)
                 started = time.perf_counter()
@@ -131,7 +131,3 @@ def main() -> None:
         ceiling = sorted(ceilings)[len(ceilings) // 2]
         print(f"machine ceiling       ×{ceiling:.2f} for {most} processes of pure Python at once (median, same turns)")
     print(f"peak RSS (this process) {rss_mib:>10,.0f} MiB")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""The real-world log corpus, replayed one job per excerpt: ``python -m trainguard.datasets.corpus PART``.
+"""The real-world log corpus, replayed one job per excerpt: ``trainguard bench corpus PART``.
 
 ``../shared/datasets/real-log-corpus/`` holds real log excerpts from public issue
 threads, each labelled with a failure family (or ``normal_progress`` / ``other``)
@@ -12,13 +12,12 @@ and no GPU telemetry: the logs-only case) in one replay, and is scored:
 - **layer**: the job's first anomaly blames the labelled layer (failure excerpts);
 - **family**: the first anomaly's family is the labelled one (reported, not a gate).
 
-``--gap S`` moves event time on by ``S`` seconds after the excerpts (a record on
+``gap_s`` (``--gap S``) moves event time on by ``S`` seconds after the excerpts (a record on
 another job), so holds that wait on the clock can fire before the end of the input.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 from collections import Counter
@@ -156,15 +155,18 @@ def score(outcomes: list[ExcerptOutcome]) -> CorpusScore:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", nargs="?", default="tune", help="tune, holdout, or a JSON Lines path")
-    parser.add_argument("--gap", type=float, default=0.0, help="seconds of event time after the excerpts")
-    parser.add_argument("--misses", action="store_true", help="list the excerpts scored wrong")
-    args = parser.parse_args()
-    path = CORPUS_DIR / f"{args.part}.jsonl" if args.part in ("tune", "holdout") else Path(args.part)
-    outcomes = evaluate(path, args.gap)
-    if args.misses:
+def excerpts_path(part: str) -> Path:
+    """``tune`` / ``holdout`` of the corpus, or any JSON Lines file of excerpts."""
+    return CORPUS_DIR / f"{part}.jsonl" if part in ("tune", "holdout") else Path(part)
+
+
+def report(part: str = "tune", gap_s: float = 0.0, misses: bool = False) -> CorpusScore:
+    """Replay and score one set of excerpts, print the scores (and the misses), return them."""
+    path = excerpts_path(part)
+    if not path.is_file():
+        raise FileNotFoundError(f"no excerpts at {path}: give tune, holdout or a JSON Lines file.")
+    outcomes = evaluate(path, gap_s)
+    if misses:
         for o in outcomes:
             if o.detected_right and (not o.excerpt.is_fault or (o.layer_right and o.family_right)):
                 continue
@@ -178,7 +180,4 @@ def main() -> None:
         f"family {s.family:.2f}  normal silent {s.normal_silent:.2f}"
     )
     print("categories raised:", dict(kinds.most_common(12)))
-
-
-if __name__ == "__main__":
-    main()
+    return s

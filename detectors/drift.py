@@ -15,7 +15,7 @@ as p = 1e-3, so a disturbance alerts once. The score is the largest of the four 
 outside the range seen so far by more than 5 % of it (Numenta's "spatial anomaly"; after ``warmup``
 values) scores at least 0.6 regardless, up to 0.999 as it leaves the range by more than the step noise.
 
-0.5 is the alert level NAB's scorer picks (``python -m trainguard.datasets.nab``: 72.1 standard, 63.7
+0.5 is the alert level NAB's scorer picks (``trainguard bench nab``: 72.1 standard, 63.7
 reward_low_FP_rate, 76.8 reward_low_FN_rate with one configuration for all 58 files; HTM 70.5, ARTime
 74.9). NAB tolerates false alarms (one costs a ninth of a detection), and at 0.5 pure noise alerts about
 once in 1,300 values. For a stream that should sit still, such as an idle GPU's, alert at 0.9: Gaussian

@@ -22,6 +22,7 @@ from trainguard.actions.records import Action
 from trainguard.agents.logimport import LogImportError, import_logs
 from trainguard.agents.publisher import RecordPublisher
 from trainguard.cli.audit import register as register_audit_command
+from trainguard.cli.bench import register as register_bench_commands
 from trainguard.cli.common import (
     DEMO_DIR,
     BrokersOpt,
@@ -688,3 +689,4 @@ register_templates_command(app)
 register_config_commands(app)
 register_explain_command(app)
 register_silence_commands(app)
+register_bench_commands(app)

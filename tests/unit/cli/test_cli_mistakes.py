@@ -74,6 +74,12 @@ def _mistakes(tmp: Path) -> list[list[str]]:
         ["config", "show", "-c", missing],
         ["config", "show", "-c", str(typo)],
         ["config", "init", unwritable + "/tg.yaml"],
+        ["bench", "replay", "--run", "x2"],
+        ["bench", "replay", "--preset", "nope"],
+        ["bench", "corpus", missing],
+        ["bench", "nab", "--nab", missing],
+        ["bench", "nab", "--detector", "nope", "--nab", str(tmp)],
+        ["bench", "soak", "--hours", "0"],
     ]
 
 

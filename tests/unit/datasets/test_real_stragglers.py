@@ -18,14 +18,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import SHARED_DATASETS as DATASETS
+from tests.support.paths import reference_data
 from trainguard.actions.policy import Policy, PolicyConfig, Rules
 from trainguard.datasets.bytedance import load_meta, progress_records, rank_steps
 from trainguard.detectors.events import Anomaly, ProgressRecord
 from trainguard.detectors.monitor import JobMonitor
 
-BYTEDANCE = DATASETS / "bytedance-straggler-whatif"
-PAI = DATASETS / "alibaba-pai2020-minibatch" / "data"
+
+def bytedance(trial: str) -> Path:
+    """The folder holding a what-if trial (ST is copied into the tests; AR and SE are beside the checkout)."""
+    folder = "bytedance-straggler-whatif"
+    return reference_data(f"{folder}/trace-{trial}.parquet", f"{folder}/trace-{trial}.parquet").parent
+
+
+PAI_JOB_1 = reference_data("alibaba-pai2020-minibatch/data/job_1_norm.csv", "alibaba-pai2020-minibatch/job_1_norm.csv")
 T0 = 1_796_000_000.0
 
 
@@ -47,8 +53,8 @@ def replay(records: list[ProgressRecord], job_id: str) -> tuple[JobMonitor, list
 
 
 def whatif(trial: str) -> tuple[JobMonitor, list[Anomaly]]:
-    need(BYTEDANCE / f"trace-{trial}.parquet")
-    return replay(progress_records(trial, BYTEDANCE), trial)
+    need(bytedance(trial) / f"trace-{trial}.parquet")
+    return replay(progress_records(trial, bytedance(trial)), trial)
 
 
 def drains(anomalies: list[Anomaly]) -> list[str]:
@@ -59,10 +65,11 @@ def drains(anomalies: list[Anomaly]) -> list[str]:
 
 @pytest.mark.parametrize("trial", ["AR", "SE", "ST"])
 def test_trace_step_times_are_the_authors_own(trial: str):
-    need(BYTEDANCE / f"trace-{trial}.parquet")
-    rows = rank_steps(BYTEDANCE / f"trace-{trial}.parquet")
-    meta = load_meta(BYTEDANCE / f"meta-{trial}.yaml")
-    expected = json.loads((BYTEDANCE / f"result-{trial}.json").read_text())["step_t_base"]
+    folder = bytedance(trial)
+    need(folder / f"trace-{trial}.parquet")
+    rows = rank_steps(folder / f"trace-{trial}.parquet")
+    meta = load_meta(folder / f"meta-{trial}.yaml")
+    expected = json.loads((folder / f"result-{trial}.json").read_text())["step_t_base"]
     ours = dict(rows.select("step", "step_s").unique().iter_rows())
     assert {int(s) for s in expected} == set(ours)
     assert all(abs(ours[int(s)] - t) < 1e-3 for s, t in expected.items())
@@ -93,7 +100,7 @@ def test_st_heavy_last_stage_is_a_pipeline_imbalance_warning_not_a_rank():
 
 def test_st_a_rank_of_the_heavy_stage_that_slows_later_is_still_named():
     """Stage paces are learnt from the start, so a later 1.8× slowdown of rank 6 (stage 3) stands out."""
-    need(BYTEDANCE / "trace-ST.parquet")
+    need(bytedance("ST") / "trace-ST.parquet")
     records = [
         ProgressRecord(**{**_fields(r), "compute_time_s": r.compute_time_s * 1.8})
         if r.rank == 6 and r.step >= 500 and r.compute_time_s is not None
@@ -111,7 +118,7 @@ def test_st_a_rank_of_the_heavy_stage_that_slows_later_is_still_named():
 
 def test_st_without_stages_would_blame_the_last_stage():
     """Why the stage matters: compared as plain peers, the heavy stage's ranks look like stragglers."""
-    need(BYTEDANCE / "trace-ST.parquet")
+    need(bytedance("ST") / "trace-ST.parquet")
     records = [ProgressRecord(**{**_fields(r), "pp_stage": None, "dp_rank": None}) for r in progress_records("ST")]
     _, found = replay(records, "ST")
     assert [sorted(a.ranks) for a in found if a.category == "slow_rank"] == [[6, 7]]
@@ -127,7 +134,7 @@ def test_se_sequence_length_imbalance_blames_no_rank():
 
 
 def test_pai_job1_names_worker_6_in_its_window():
-    path = PAI / "job_1_norm.csv"
+    path = PAI_JOB_1
     need(path)
     with path.open() as fh:
         rows = sorted(csv.DictReader(fh), key=lambda r: (float(r["time"]), int(r["worker"])))

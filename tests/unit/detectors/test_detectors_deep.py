@@ -6,19 +6,19 @@ import csv
 
 import pytest
 
-from tests.support.paths import SHARED_DATASETS
+from tests.support.paths import reference_data
 from trainguard.detectors.events import GpuSample, LogRecord, ProgressRecord
 from trainguard.detectors.monitor import JobMonitor, NodeMonitor
 
-PAI = SHARED_DATASETS / "alibaba-pai2020-minibatch" / "data"
 T0 = 1_796_000_000.0
 
 
 def pai_anomalies(job: int) -> list:
     """Replay a PAI trace's per-worker mini-batch times as per-rank progress of one job."""
-    path = PAI / f"job_{job}_norm.csv"
+    name = f"job_{job}_norm.csv"
+    path = reference_data(f"alibaba-pai2020-minibatch/data/{name}", f"alibaba-pai2020-minibatch/{name}")
     if not path.is_file():
-        pytest.skip(f"PAI traces not found at {PAI} (shared/datasets is beside the checkout)")
+        pytest.skip(f"PAI trace not found at {path} (shared/datasets is beside the checkout)")
     mon = JobMonitor(f"pai{job}")
     found = []
     with path.open() as fh:

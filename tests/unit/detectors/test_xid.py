@@ -6,7 +6,7 @@ import csv
 
 import pytest
 
-from tests.support.paths import SHARED_DATASETS
+from tests.support.paths import THIRD_PARTY
 from trainguard.actions.policy import Policy, PolicyConfig
 from trainguard.detectors.events import GpuSample, LogRecord
 from trainguard.detectors.gpu_health import GpuHealth
@@ -94,9 +94,7 @@ def test_the_real_gsp_timeout_dump_is_one_anomaly_that_resets_the_gpu() -> None:
 
     from trainguard.agents.logimport import import_lines
 
-    path = SHARED_DATASETS / "nvidia-xid-catalog" / "dmesg-with-xid-119.log"
-    if not path.is_file():
-        pytest.skip(f"real dmesg dump not found at {path}")
+    path = THIRD_PARTY / "gpud" / "dmesg-with-xid-119.log"  # gpud's test data, copied with its licence
     mon = JobMonitor("5")
     found = []
     for rec in import_lines(path.read_text().splitlines(), job_id="5", node="gpu-node-4", year=2025):

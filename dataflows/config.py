@@ -18,6 +18,7 @@ from trainguard.actions.drivers import SchedulerSettings
 from trainguard.actions.notify import NotifySettings
 from trainguard.actions.policy import PolicyConfig
 from trainguard.detectors.events import TOPICS
+from trainguard.detectors.protocol import load_factory
 from trainguard.detectors.routing import RouterSettings
 from trainguard.detectors.settings import DetectorSettings
 
@@ -122,6 +123,11 @@ def load_settings(path: str | Path | None) -> Settings:
             raise ConfigError(
                 f"config file {p}: kafka.topics has unknown stream {stream!r}; use one of {', '.join(TOPICS)}."
             )
+    for spec in settings.detectors.plugins:
+        try:
+            load_factory(spec)
+        except ValueError as exc:
+            raise ConfigError(f"config file {p}: detectors.plugins: {exc}".rstrip(".") + ".") from None
     return settings
 
 

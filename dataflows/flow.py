@@ -55,8 +55,9 @@ from trainguard.detectors.events import (
 )
 from trainguard.detectors.history import HistoryAttributor
 from trainguard.detectors.monitor import JobMonitor, NodeMonitor
-from trainguard.detectors.routing import DEAD, Heartbeat, Router, is_broadcast, shard_of
+from trainguard.detectors.routing import DEAD, Router
 from trainguard.detectors.settings import DetectorSettings
+from trainguard.detectors.shards import Heartbeat, is_broadcast, shard_of
 
 # ---------------------------------------------------------------- stateful steps
 

@@ -28,7 +28,7 @@ from trainguard.dataflows.placement import key_on_worker
 from trainguard.dataflows.records import Routed
 from trainguard.dataflows.replay import REPLAY_CLOCK, _merge, _Paced, _topic_chunks, replay_directory, topic_files
 from trainguard.detectors.events import DeadLetter, JobEvent, NodeEvent
-from trainguard.detectors.routing import Heartbeat, JobPlacement, shard_of
+from trainguard.detectors.shards import Heartbeat, JobPlacement, shard_of
 
 
 def shard_events(directory: Path, shard: int, shards: int) -> Iterator[tuple[float, Routed | DeadLetter | None]]:

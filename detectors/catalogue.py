@@ -130,6 +130,7 @@ CATALOGUE: tuple[Signature, ...] = (
         "no_gpu_found",
         r"No devices were found|No devices found\. Waiting indefinitely|NVRM: No NVIDIA (?:graphics adapter|GPU) "
         r"(?:probed|found)|NVIDIA probe routine was not called|Failed to initialize NVML: |NVML: Driver Not Loaded|"
+        r"nvml\.Init: Unknown Error|"
         r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver|"
         r"(?i:no cuda-capable device is detected)|CUDA-capable devices? (?:is|are) busy or unavailable|"
         r"Driver/library version mismatch|[Ii]mpossible to initialize nvidia nvml|"
@@ -176,7 +177,8 @@ CATALOGUE: tuple[Signature, ...] = (
     ),
     Signature(
         "cuda_contained",
-        r"CUDA_ERROR_CONTAINED|cudaErrorContained",
+        # cudaErrorContained as CUDA prints it in words.
+        r"CUDA_ERROR_CONTAINED|cudaErrorContained|Invalid access of peer GPU memory over nvlink or a hardware error",
         "gpu_contained_error",
         _HW,
         transient=True,
@@ -217,7 +219,8 @@ CATALOGUE: tuple[Signature, ...] = (
         "host_memory_exhausted",
         r"running low on memory|ray\.exceptions\.OutOfMemoryError|std::bad_alloc|MemoryError: Unable to allocate|"
         # The GPU driver itself cannot get memory (system memory, or unified memory on Grace/GB10 hosts).
-        r"NVRM: .*(?:Out of memory \[NV_ERR_NO_MEMORY\]|NV_ERR_NO_MEMORY)",
+        r"NVRM: .*(?:Out of memory \[NV_ERR_NO_MEMORY\]|NV_ERR_NO_MEMORY)|"
+        r"System memory low at node .* killing",
         "host_oom",
         _SYS,
         transient=False,
@@ -234,7 +237,11 @@ CATALOGUE: tuple[Signature, ...] = (
         r"ResourceExhaustedError.*(?:OOM|[Oo]ut of memory)|XlaRuntimeError: RESOURCE_EXHAUSTED|"
         r"RESOURCE_EXHAUSTED: (?:Failed to allocate|Attempting to (?:allocate|reserve))|"
         r"Resource exhausted: Attempting to allocate|"
-        r"Out of memory error on GPU \d+|memory::allocation::BadAlloc",
+        r"Out of memory error on GPU \d+|memory::allocation::BadAlloc|"
+        # Older frameworks name CUDA's error 2 (cudaErrorMemoryAllocation) by number; CuPy and vLLM in their words.
+        r"cuda runtime error \(2\) : out of memory|error=2 : out of memory|\(2 vs\. 0\)\s+out of memory|"
+        r"out of memory to allocate \d+ bytes|No available memory for the cache blocks|"
+        r"Non-OK-status: .*status: Internal: out of memory",
         "oom",
         _APP,
         transient=False,
@@ -266,7 +273,7 @@ CATALOGUE: tuple[Signature, ...] = (
     Signature(
         "cuda_device_assert",
         r"device-side assert|\.cu:\d+: .*block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion|"
-        r"\.cu:\d+: .*Assertion `.*` failed|block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion",
+        r"\.cu:\d+:? .*Assertion `.*` failed|block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion",
         "cuda_device_assert",
         _APP,
         transient=False,
@@ -307,10 +314,19 @@ CATALOGUE: tuple[Signature, ...] = (
     ),
     Signature(
         "cublas_cudnn",
-        r"CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|CUBLAS failure|kernel execution error\.|"
+        r"CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|CUBLAS failure|kernel execution error\.|CUFFT_\w+|cuFFT error|"
+        r"CUSOLVER_STATUS_\w+|CUSPARSE_STATUS_\w+|CURAND_STATUS_\w+|NVRTC_ERROR_\w+|"
         r"cuBLAS API failed with status \d+",
         "cuda_library_error",
         _APP,
+    ),
+    # A kernel asks for more of a GPU's resources than it has (Triton's shared-memory check).
+    Signature(
+        "kernel_out_of_resources",
+        r"OutOfResources: out of resource: shared memory|triton\.runtime\.errors\.OutOfResources",
+        "cuda_error",
+        _APP,
+        transient=False,
     ),
     Signature(
         "cuda_error",
@@ -339,11 +355,11 @@ CATALOGUE: tuple[Signature, ...] = (
         "ucx_transport_error",
         r"UCX\s+ERROR .*(?:Endpoint timeout|Connection reset by remote peer|Input/output error|[Tt]ransport error)|"
         r"NETDEV WATCHDOG: \S+ \(mlx\d_core\): transmit queue \d+ timed out|\bib\d+: carrier lost|"
-        r"RNR retry count exceeded|Remote (?:access|operation) error",
+        r"RNR retry count exceeded|Remote operation error",
         "ib_link",
         _HW,
         transient=True,
-        anchors=("UCX", "NETDEV", "carrier", "RNR", "Remote"),
+        anchors=("UCX", "NETDEV", "carrier", "RNR", "Remote operation"),
     ),
     # The port went down (a flap): transient unless it repeats on the node (see detectors.history).
     Signature("ib_port_error", r"Got async event : port error|IBV_EVENT_PORT_ERR", "ib_link", _HW, transient=True),
@@ -390,7 +406,10 @@ CATALOGUE: tuple[Signature, ...] = (
         r"Call to ibv_\w+ failed|ibv_\w+ failed with error|ncclIbRoceGetVersionNum|NET/OFI Couldn't|"
         r"mlx5_load_one failed|mlx5_core.*(?:handle_hca_cap failed|probe of .* failed)|"
         r"transport/net_ib\.cc:\d+ -> \d|send completion with error|local protection error|NET/OFI.*ERROR|"
-        r"NET/IB : Unable to open device",
+        r"NET/IB : Unable to open device|"
+        # Access and protection errors are keys and registrations (software, GPUDirect set-up), not the link.
+        r"[Rr]emote access error|Couldn't allocate MR|[Ff]ailed to create MR|ibv_reg_mr failed|"
+        r"Failed status [45]: wr_id",
         "ib_link",
         _SYS,
         transient=False,
@@ -453,7 +472,7 @@ CATALOGUE: tuple[Signature, ...] = (
     Signature(
         "nccl_error",
         r"NCCL error|ncclSystemError|ncclRemoteError|ncclInternalError|"
-        r"unhandled system error|remote process exited|NCCL WARN Net : .*failed|"
+        r"unhandled system error|remote process exited|NCCL WARN Net : .*failed|nccl\w+ failed: unhandled cuda error|"
         r"NCCL WARN .*Failed to execute operation|NCCL WARN .*(?:Error|error|failed)\b",
         "nccl_error",
         _SYS,
@@ -508,7 +527,9 @@ CATALOGUE: tuple[Signature, ...] = (
         r"\[c10d\].*(?:Connection reset by peer|Connection refused|recvValue failed|Read callback failed)|"
         r"connect\(\) timed out\. Original timeout|c10d store has failed|DistStoreError|DistNetworkError|"
         r"server socket has failed to (?:listen|bind)|Timed out waiting for clients|"
-        r"Timed out after \d+ seconds waiting for clients|EADDRINUSE|[Aa]ddress already in use",
+        r"Timed out after \d+ seconds waiting for clients|EADDRINUSE|[Aa]ddress already in use|"
+        # JAX/XLA multi-host: the coordination service is the rendezvous.
+        r"RPC: /tensorflow\.CoordinationService/(?:RegisterTask|Barrier|WaitForAllTasks)",
         "rendezvous",
         _SYS,
         cascade=True,
@@ -525,6 +546,7 @@ CATALOGUE: tuple[Signature, ...] = (
             "waiting for clients",
             "EADDRINUSE",
             "already in use",
+            "CoordinationService",
         ),
     ),
     Signature(
@@ -614,9 +636,18 @@ CATALOGUE: tuple[Signature, ...] = (
         _SYS,
         transient=False,
     ),
+    # A binary built for instructions this CPU lacks (a prebuilt wheel using AVX): the job's build, not the node.
+    Signature(
+        "illegal_instruction",
+        r"Illegal instruction \(core dumped\)|Fatal Python error: Illegal instruction|SIGILL\b",
+        "illegal_instruction",
+        _APP,
+        transient=False,
+    ),
     Signature(
         "segfault",
-        r"Segmentation fault|SIGSEGV|segfault at|Signals\.SIGSEGV|Fatal Python error: (?:Aborted|Bus error)",
+        r"Segmentation fault|SIGSEGV|segfault at|Signals\.SIGSEGV|Fatal Python error: (?:Aborted|Bus error)|"
+        r"Unexpected segmentation fault encountered in worker",
         "segfault",
         _SYS,
     ),
@@ -639,6 +670,15 @@ CATALOGUE: tuple[Signature, ...] = (
         r"soft lockup - CPU#\d+ stuck|blocked for more than \d+ seconds|Kernel panic|kernel BUG at|"
         r"nfs: server \S+ not responding|LustreError: .*(?:timed out|evicted)|Lustre: .*(?:lost|evict)",
         "host_kernel",
+        _SYS,
+        transient=True,
+    ),
+    # Kubernetes evicts a pod when its node runs short (memory has its own signature above).
+    Signature(
+        "pod_evicted",
+        r"The node had condition: \[(?:DiskPressure|PIDPressure|MemoryPressure)\]|"
+        r"The node was low on resource: (?:ephemeral-storage|pids)",
+        "job_evicted",
         _SYS,
         transient=True,
     ),
@@ -668,7 +708,10 @@ CATALOGUE: tuple[Signature, ...] = (
     # --- Numerics --------------------------------------------------------------------------------------------
     Signature(
         "nan_loss",
-        r"(?i:\bloss[^|]{0,40}?\b(?:nan|inf)\b|grad[ _]norm:?\s*(?:nan|inf)\b|loss\W{1,3}(?:nan|inf)\b)|"
+        # The loss's own value: the gap may not run into the next metric (``grad_norm 1.03 (nan)`` is an
+        # AMP running average that a skipped step made NaN, not the loss).
+        r"(?i:\bloss(?:(?!grad|norm\b)[^|]){0,40}?\b(?:nan|inf)\b|"
+        r"grad[ _]norm\W{0,3}(?:nan|inf)\b|loss\W{1,3}(?:nan|inf)\b)|"
         r"Model diverged with loss = NaN|NanLossDuringTrainingError|(?i:loss is (?:nan|inf))|"
         r"Loss became infinite or NaN|(?i:non-finite (?:loss|grad))|is non-finite|Inf/NaN|NaN/Inf|"
         r"found NaN in|[Ll]oss scale already at minimum|Minimum loss scale reached|Training has diverged|"
@@ -760,6 +803,7 @@ FAMILIES: dict[str, str] = {
     "nan_loss": "nan_loss",
     "process_crash": "process_crash",
     "segfault": "process_crash",
+    "illegal_instruction": "process_crash",
     "rendezvous": "process_crash",
     "job_cancelled": "process_crash",
     "collective_mismatch": "process_crash",
@@ -774,6 +818,7 @@ FAMILIES: dict[str, str] = {
     "host_kernel": "process_crash",
     "node_fail": "gpu_xid_hardware",
     "job_launch_failed": "process_crash",
+    "job_evicted": "process_crash",
     "cuda_environment": "cuda_error",
     "python_exception": "process_crash",
     "unclassified": "unknown",
@@ -788,6 +833,9 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "Aborted",
     "Allocator",
     "Assertion",
+    "Attempting to allocate",
+    "BAD TERMINATION",
+    "BadAlloc",
     "Bus error",
     "CONTAINED",
     "CQ state",
@@ -795,13 +843,21 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "CUDA",
     "CUDA-capable",
     "CUDA_ERROR",
+    "CUDA_ERROR_CONTAINED",
+    "CUDA_EXCEPTION",
     "CUDNN",
+    "CUFFT",
+    "CURAND",
+    "CUSOLVER",
+    "CUSPARSE",
     "Cannot attach",
+    "Caught signal",
     "ChildFailed",
     "CollectiveFingerPrint",
     "Connect",
     "Connection",
     "Contained",
+    "CoordinationService",
     "CuDNN",
     "Cuda",
     "DUE TO",
@@ -815,7 +871,11 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "EDAC",
     "Error: ",
     "EventType:8",
+    "Evicted",
     "Exception: ",
+    "Exit Code",
+    "Failed status",
+    "Failed to allocate",
     "Failed to enable",
     "Fatal Python",
     "Flushed",
@@ -827,6 +887,9 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "HIP",
     "Heartbeat",
     "IBV_",
+    "Illegal instruction",
+    "Inf/NaN",
+    "Internal: out of memory",
     "Kernel panic",
     "Killed",
     "Killing",
@@ -834,6 +897,7 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "Link",
     "Lustre",
     "Memory cgroup",
+    "MemoryError",
     "Monitored Barrier",
     "NCCL",
     "NET/",
@@ -843,7 +907,9 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "NVIDIA-SMI",
     "NVLink",
     "NVML",
+    "NVRTC",
     "NaN",
+    "NaN/Inf",
     "No NVIDIA",
     "No devices",
     "Node failure",
@@ -854,12 +920,16 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "OVERFLOW",
     "Out Of Memory",
     "Out of memory",
+    "OutOfResources",
     "PTX",
+    "Per user-direction",
     "Physical",
+    "Port module",
     "RESOURCE_EXHAUSTED",
     "RNR",
     "RayActorError",
     "Remote access",
+    "Remote access error",
     "Remote operation",
     "Rendezvous",
     "Resource exhausted",
@@ -872,12 +942,15 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "Socket",
     "State:",
     "Surprise Down",
+    "System memory low",
     "TCPStore",
     "THCudaCheck",
     "Timed out",
     "Timeout",
     "UCX",
+    "Unable to open device",
     "WTERMSIG",
+    "Warp",
     "Watchdog",
     "Worker group",
     "XID",
@@ -886,17 +959,25 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "abort",
     "abric",
     "actor is dead",
+    "allocate MR",
     "already in use",
+    "arrived on time",
     "assert",
     "async event",
+    "bad_alloc",
     "blocked for more",
     "bus error",
     "c10d",
+    "cache blocks",
     "carrier",
     "compatible with the current",
+    "create MR",
+    "credential expired",
     "cuDNN",
+    "cuFFT",
     "cuda",
     "cudaError",
+    "cudaErrorContained",
     "cudaMalloc",
     "death signal",
     "detected xid",
@@ -909,11 +990,13 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "exited",
     "failed",
     "fallen off",
+    "found NaN",
     "gloo",
     "hild process",
     "ibv_",
     "illegal",
     "infinite",
+    "insufficient power",
     "invalid argument",
     "invalid configuration",
     "invalid device",
@@ -926,27 +1009,32 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "launch failure",
     "launch timed",
     "link",
+    "loss scale",
     "loss_scale",
+    "low on resource",
+    "may be stuck",
     "memory limit",
+    "memory pressure",
     "misaligned",
     "mismatch",
     "mlx5",
-    "bad_alloc",
-    "running low on memory",
-    "MemoryError",
     "mpirun",
     "nan",
     "ncclInvalid",
+    "node had condition",
     "non-finite",
     "non-zero exit",
-    "Per user-direction",
     "not responding",
     "not supported",
     "nvlink",
+    "nvml",
+    "nvml.Init",
     "oom",
     "oom-killer",
+    "out of memory",
     "out-of-memory",
     "overflow",
+    "peer GPU memory over nvlink",
     "peer access",
     "physical",
     "present state",
@@ -956,7 +1044,10 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "received by PID",
     "reducing",
     "refused",
+    "reg_mr",
+    "remainder of ranks",
     "remap",
+    "remote access error",
     "rendezvous",
     "requires reset",
     "retired",
@@ -964,21 +1055,23 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "return code",
     "rev ff",
     "rm_init",
+    "running low on memory",
     "segfault",
+    "segmentation fault",
     "server socket",
     "shared memory",
     "shm",
     "sigkill",
+    "slurmstepd: error",
     "socket",
     "soft lockup",
     "srun: error",
-    "slurmstepd: error",
-    "credential expired",
     "stream is capturing",
     "system not yet",
     "terminated with",
     "timed out",
     "too many resources",
+    "unhandled cuda error",
     "unhealthy",
     "waiting for clients",
     "watchdog",
@@ -986,33 +1079,5 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "wc status",
     "xid error",
     "已杀死",
-    "mismatch",
-    "nvml",
-    "Inf/NaN",
-    "NaN/Inf",
-    "found NaN",
-    "loss scale",
-    "diverged",
-    "Caught signal",
-    "Failed to allocate",
-    "Attempting to allocate",
-    "BadAlloc",
-    "Resource exhausted",
-    "BAD TERMINATION",
-    "Exit Code",
-    "exit code",
-    "Evicted",
-    "memory pressure",
-    "low on resource",
-    "PTX",
-    "Warp",
-    "CUDA_EXCEPTION",
-    "Assertion",
-    "Port module",
-    "insufficient power",
-    "remainder of ranks",
-    "arrived on time",
-    "may be stuck",
-    "Unable to open device",
 )
 PREFILTER_PATTERN = re.compile(r"D\s+D\s+D|\b[Ii]nf\b|GPU\d")

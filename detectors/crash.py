@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from trainguard.detectors.events import LogRecord
+from trainguard.detectors.events import Event, LogRecord
 from trainguard.detectors.findings import Finding, count_recent
 from trainguard.detectors.ids import evidence_line, gpu_id, pci_address
 from trainguard.detectors.signatures import SignatureMatch, looks_fatal, match_line
@@ -88,7 +88,11 @@ class CrashDetector:
         self._held_nodes = set()
         self._held_ranks = set()
 
-    def observe(self, record: LogRecord) -> list[Finding]:
+    def observe(self, event: Event) -> list[Finding]:
+        """A log line (other events are not this detector's): its findings, or none while it is held."""
+        if not isinstance(event, LogRecord):
+            return []
+        record = event
         match = match_line(record.line)
         if match is None:
             self.observe_unmatched(record)

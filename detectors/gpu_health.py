@@ -21,7 +21,7 @@ from collections import deque
 import msgspec
 
 from trainguard.detectors.drift import DriftDetector
-from trainguard.detectors.events import GpuSample
+from trainguard.detectors.events import Event, GpuSample
 from trainguard.detectors.findings import Finding, count_recent
 from trainguard.detectors.gpu_peers import throttle_mask
 from trainguard.detectors.ids import gpu_id
@@ -72,7 +72,11 @@ class GpuHealth:
         self._xid_bursts: dict[tuple[str, int, str], deque[float]] = {}  # ignored Xids seen, per GPU
         self._drift: dict[tuple[str, int, str], DriftDetector] = {}
 
-    def observe(self, sample: GpuSample) -> list[Finding]:
+    def observe(self, event: Event) -> list[Finding]:
+        """A GPU sample (other events are not this detector's): Xids, counter bursts, throttling, drift."""
+        if not isinstance(event, GpuSample):
+            return []
+        sample = event
         s = self.settings
         key = (sample.node, sample.gpu)
         prev = self._last.get(key)
@@ -150,6 +154,10 @@ class GpuHealth:
         state.setdefault("idle_drift", True)
         state.setdefault("_xid_bursts", {})
         self.__dict__.update(state)
+
+    def advance(self, watermark: float) -> list[Finding]:
+        """Nothing here waits on the clock (lost GPUs need the peers' view: see :meth:`lost`)."""
+        return []
 
     def forget_samples(self) -> None:
         """Drop sample history (the GPUs were away, e.g. running a job); keep the cooldowns."""

@@ -26,15 +26,15 @@ from trainguard.detectors.findings import Finding
 from trainguard.detectors.gpu_activity import GpuActivity, Verdict
 from trainguard.detectors.gpu_health import GpuHealth
 from trainguard.detectors.gpu_peers import GpuPeers
-from trainguard.detectors.hang import HangDetector, parse_rhythm
-from trainguard.detectors.ids import GpuNames, evidence_line, gpu_id
+from trainguard.detectors.hang import HangDetector
+from trainguard.detectors.ids import GpuNames, evidence_line
 from trainguard.detectors.incidents import INCIDENT_KINDS, Incidents, resolved, to_anomaly
 from trainguard.detectors.lifecycle import JOB_ENDED, JOB_RESTARTED, NODE_RETURNED, PROGRESS_RESUMED
-from trainguard.detectors.phases import phase_marker
-from trainguard.detectors.progress_parsers import parse_nvrx_score, parse_progress
+from trainguard.detectors.lines import Matched, NvrxScore, NvrxSection, PhaseMarker, Progress, Rhythm, read_line
+from trainguard.detectors.localise import localise_hang, localise_straggler
+from trainguard.detectors.protocol import Detector, load_factory
 from trainguard.detectors.rank_scores import RankScorer
 from trainguard.detectors.settings import DetectorSettings
-from trainguard.detectors.signatures import match_line
 from trainguard.detectors.straggler import StragglerDetector
 from trainguard.detectors.templates import ErrorTemplates, TemplateHit
 
@@ -44,13 +44,16 @@ __all__ = ["FAILED_STATES", "RUNNING_STATES", "WAITING_STATES", "JobMonitor", "N
 RUNNING_STATES = job_states.RUNNING
 WAITING_STATES = job_states.WAITING
 FAILED_STATES = job_states.FAILED
-NIC_EVIDENCE_S = 1800.0  # a NIC degradation this recent can explain a slowdown
 LOST_GPU_CHECK_S = 30.0  # GPUs report every ~10 s; looking for silent ones more often finds nothing new
-_RHYTHM_HINTS = ("_interval", "_steps", "every", "val_check")
 
 
 class JobMonitor:
-    """Crash, hang, straggler, numerics and GPU-health detection for one job."""
+    """Crash, hang, straggler, numerics and GPU-health detection for one job.
+
+    The built-in detectors share the job's step clock, so the monitor feeds them what each
+    needs (a step, a step time, a phase); detectors named under ``detectors.plugins``
+    follow :class:`~trainguard.detectors.protocol.Detector` and see every event of the job.
+    """
 
     def __init__(self, job_id: str, settings: DetectorSettings | None = None) -> None:
         s = settings or DetectorSettings()
@@ -77,6 +80,7 @@ class JobMonitor:
         self.ended_at: float | None = None
         self._next_lost_check = float("-inf")
         self._next_rank_eval = float("-inf")
+        self.plugins: list[Detector] = [load_factory(spec)(job_id, s) for spec in s.plugins]
 
     def __setstate__(self, state: dict[str, object]) -> None:
         # A snapshot written before the anomaly lifecycle still resumes (an upgrade must not
@@ -92,10 +96,17 @@ class JobMonitor:
         state.setdefault("activity", GpuActivity())
         state.setdefault("templates", ErrorTemplates())
         state.setdefault("_fatal_templates", {})
+        state.setdefault("plugins", [])
         self.__dict__.update(state)
 
     # -- events -------------------------------------------------------------------
     def observe(self, event: Event) -> list[Anomaly]:
+        found = self._builtin(event)
+        for plugin in self.plugins:
+            found += self._emit(plugin.observe(event))
+        return found
+
+    def _builtin(self, event: Event) -> list[Anomaly]:
         if isinstance(event, ProgressRecord):
             if event.pp_stage is not None or event.dp_rank is not None:
                 self.ranks.place(event.rank, event.pp_stage, event.dp_rank)
@@ -111,42 +122,31 @@ class JobMonitor:
 
     def _log(self, rec: LogRecord) -> list[Anomaly]:
         ts: float = rec.ts  # type: ignore[assignment]
-        line = rec.line
-        parsed = parse_progress(line)
-        if parsed is not None:
-            found = self._progress(ts, parsed.step, rec.rank, rec.node, parsed.step_time_s, None)
-            # A progress line can carry the fault too: a non-finite loss, or a message printed
-            # after a progress bar without a newline (``23/27 [00:15…]WARNING: non-finite loss``).
-            match = match_line(line)
-            if match is not None:
-                found += self._emit(self.crash.observe_match(rec, match))
-            return found
-        score = parse_nvrx_score(line)
-        if score is not None:
-            return self._nvrx(ts, score.rank, score.node, score.score, rec)
-        if "performance:" in line and "NVRx" in line:
-            self._nvrx_section = "individual" if "individual" in line else "relative"
-            return []
-        marker = phase_marker(line)
-        if marker is not None:
-            self.hang.observe_phase(ts, starts=marker[1])
-            self._phase_since_step = True
-            return []
-        if any(hint in line for hint in _RHYTHM_HINTS):
-            rhythm = parse_rhythm(line)
-            if rhythm is not None:
-                self.hang.observe_rhythm(*rhythm)
+        match read_line(rec.line):
+            case Progress(parsed, fault):
+                found = self._progress(ts, parsed.step, rec.rank, rec.node, parsed.step_time_s, None)
+                return found + (self._emit(self.crash.observe_match(rec, fault)) if fault is not None else [])
+            case NvrxScore(score):
+                return self._nvrx(ts, score.rank, score.node, score.score, rec)
+            case NvrxSection(name):
+                self._nvrx_section = name
                 return []
-        match = match_line(line)
-        if match is None:
-            fatal = self.crash.observe_unmatched(rec)
-            hit = self.templates.observe(line)
-            if hit is not None and fatal and len(self._fatal_templates) < 8:
-                self._fatal_templates.setdefault(hit.template_id, hit)
-            return []
-        if match.signature.category == "nic_degraded":
-            self._nic_warnings[rec.node] = ts  # evidence for localising a slowdown, not an anomaly by itself
-        return self._emit(self.crash.observe_match(rec, match))
+            case PhaseMarker(starts):
+                self.hang.observe_phase(ts, starts=starts)
+                self._phase_since_step = True
+                return []
+            case Rhythm(name, every):
+                self.hang.observe_rhythm(name, every)
+                return []
+            case Matched(fault):
+                if fault.signature.category == "nic_degraded":
+                    self._nic_warnings[rec.node] = ts  # evidence for localising a slowdown, not an anomaly itself
+                return self._emit(self.crash.observe_match(rec, fault))
+        fatal = self.crash.observe_unmatched(rec)
+        hit = self.templates.observe(rec.line)
+        if hit is not None and fatal and len(self._fatal_templates) < 8:
+            self._fatal_templates.setdefault(hit.template_id, hit)
+        return []
 
     def _progress(
         self, ts: float, step: int | None, rank: int | None, node: str, step_time: float | None, per_rank: float | None
@@ -181,7 +181,8 @@ class JobMonitor:
         if step_time is not None and not self._phase_since_step:
             finding = self.straggler.observe_step(ts, step_time)
             if finding is not None:
-                found.append(self._localise_straggler(finding))
+                st = self.settings.straggler
+                found.append(localise_straggler(finding, self.ranks, self.gpus, self._nic_warnings, st.localise_below))
         if ts >= self._next_rank_eval:
             # Scoring every rank costs O(ranks); once per rank_eval_s of event time is plenty.
             self._next_rank_eval = ts + self.settings.straggler.rank_eval_s
@@ -278,44 +279,6 @@ class JobMonitor:
         self._max_step, self._last_step_ts = -1, None
         return resolved
 
-    # -- localisation -------------------------------------------------------------------
-    def _localise_straggler(self, f: Finding) -> Finding:
-        slowest = self.ranks.slowest()
-        if slowest is not None and slowest[2] < self.settings.straggler.localise_below:
-            rank, node, score = slowest
-            f.category, f.ranks, f.nodes, f.confidence = "slow_rank", [rank], [node], 0.85
-            f.evidence.append(f"rank {rank} on {node} is slowest (relative score {score:.2f})")
-            return f
-        slow_nics = sorted(
-            n for n, ts in self._nic_warnings.items() if f.onset_ts - NIC_EVIDENCE_S <= ts <= f.detected_at
-        )
-        if slow_nics:
-            f.category, f.nodes, f.confidence = "slow_nic", slow_nics, 0.75
-            f.evidence.append(f"NIC link degraded on {', '.join(slow_nics)} (kernel log)")
-            return f
-        odd = self.gpus.odd_one_out()
-        if odd:
-            f.category, f.confidence = "slow_gpu", 0.75
-            f.nodes = sorted({node for node, _ in odd})
-            f.gpus = [gpu_id(node, gpu) for node, gpu in odd]
-            f.evidence.append(f"odd one out among the job's GPUs (clock, heat, power, throttling): {', '.join(f.gpus)}")
-        return f
-
-    def _localise_hang(self, f: Finding, activity: Verdict | None) -> None:
-        if f.nodes:
-            return
-        gone = [(node, gpu) for node, gpu, _ in self.gpus.missing(f.detected_at, self.settings.gpu.missing_after_s)]
-        idle = activity.suspects if activity is not None and activity.suspects else self.gpus.idle_while_peers_spin()
-        suspects = gone or idle
-        if suspects:
-            f.nodes = sorted({node for node, _ in suspects})
-            f.gpus = [gpu_id(node, gpu) for node, gpu in suspects]
-            f.confidence = max(f.confidence, 0.75)
-            why = "stopped reporting" if gone else "idle while peers spin in NCCL kernels"
-            f.evidence.append(f"GPU {', '.join(f.gpus)} {why}")
-        elif self.nodes:
-            f.evidence.append(f"job nodes: {', '.join(self.nodes[:16])}")
-
     # -- clock ------------------------------------------------------------------------
     def _activity(self, watermark: float) -> Verdict | None:
         """What the GPUs did since the last step — asked only once the job has been quiet a while."""
@@ -335,11 +298,13 @@ class JobMonitor:
         if hang is not None and self.crash.fatal_pending:
             found += self._unclassified(watermark)  # the job stopped after lines no signature explains
         elif hang is not None:
-            self._localise_hang(hang, activity)
+            localise_hang(hang, self.gpus, activity, self.nodes, self.settings.gpu.missing_after_s)
             found.append(hang)
         if self.ended_at is None and watermark >= self._next_lost_check:
             self._next_lost_check = watermark + LOST_GPU_CHECK_S
             found += self.health.lost(self.gpus.missing(watermark, self.settings.gpu.missing_after_s), watermark)
+        for plugin in self.plugins:
+            found += plugin.advance(watermark)
         return self._emit(found)
 
     def end_of_input(self, watermark: float) -> list[Anomaly]:

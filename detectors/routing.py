@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import zlib
 from typing import Any
 
 import msgspec
@@ -48,88 +47,19 @@ from trainguard.detectors.events import (
     TOPICS,
     DeadLetter,
     Event,
-    GpuSample,
     JobEvent,
-    LogRecord,
     NodeEvent,
-    ProgressRecord,
     Tick,
 )
 from trainguard.detectors.settings import Count, Positive, Seconds
 
+# Shard ownership and the job ↔ node map live in detectors.shards; the names stay importable here
+# (and Router snapshots written before the split, which pickled JobPlacement from this module, resume).
+from trainguard.detectors.shards import Heartbeat, JobPlacement, is_broadcast, shard_of
+
+__all__ = ["DEAD", "Heartbeat", "JobPlacement", "Router", "RouterSettings", "is_broadcast", "shard_of"]
+
 DEAD = "!dead"  # key of dead-letter items in the router's output
-
-
-class Heartbeat(msgspec.Struct, frozen=True, gc=False):
-    """An input stream reached ``ts``; tells shard ``shard`` of ``shards`` (which learns its place from it).
-
-    ``nodes_broadcast``: node records (GPU samples, node-only log lines) reach every
-    shard, which keeps its own; otherwise the sender gave each to its owner only.
-    """
-
-    ts: float
-    shard: int
-    shards: int
-    nodes_broadcast: bool = True
-
-
-def shard_of(job_id: str, shards: int) -> int:
-    """The router shard that owns a job: a hash stable across processes and runs.
-
-    >>> shard_of("1002", 1), shard_of("1002", 2), shard_of("1002", 2) == shard_of("1002", 2)
-    (0, 1, True)
-    """
-    return zlib.crc32(job_id.encode()) % shards if shards > 1 else 0
-
-
-def is_broadcast(event: Event) -> bool:
-    """Whether every shard needs this event (it names no job, or it changes the job ↔ node map)."""
-    return isinstance(event, GpuSample | NodeEvent | JobEvent) or (
-        isinstance(event, LogRecord) and event.job_id is None
-    )
-
-
-class JobPlacement:
-    """Which job runs on which node, as of the last scheduler job record applied.
-
-    >>> placement = JobPlacement()
-    >>> placement.apply(JobEvent(ts=1.0, job_id="7", state="RUNNING", nodes=["n1", "n2"]))
-    >>> placement.node_job["n2"]
-    '7'
-    >>> placement.apply(JobEvent(ts=9.0, job_id="7", state="COMPLETED"))
-    >>> placement.node_job
-    {}
-    """
-
-    def __init__(self) -> None:
-        self.node_job: dict[str, str] = {}
-        self.job_nodes: dict[str, list[str]] = {}
-
-    def apply(self, event: JobEvent) -> None:
-        job = str(event.job_id)
-        if job_states.phase(event.state) == "running":
-            if event.nodes:
-                self.job_nodes[job] = list(event.nodes)
-                for node in event.nodes:
-                    self.node_job[node] = job
-            return
-        # Any other state: the job no longer occupies its nodes.
-        for node in self.job_nodes.pop(job, []):
-            if self.node_job.get(node) == job:
-                del self.node_job[node]
-
-    def job_for(self, event: LogRecord | ProgressRecord | GpuSample) -> str | None:
-        """The job a record belongs to: its own, or — for a GPU sample or a line without a
-        job — the job running on its node (``None``: the node is idle, the record is the node's).
-
-        >>> placement = JobPlacement()
-        >>> placement.apply(JobEvent(ts=1.0, job_id="7", state="RUNNING", nodes=["n1"]))
-        >>> [placement.job_for(GpuSample(ts=2.0, node=node, gpu=0)) for node in ("n1", "n2")]
-        ['7', None]
-        """
-        if type(event) is GpuSample or event.job_id is None:
-            return self.node_job.get(event.node)
-        return event.job_id  # type: ignore[return-value]
 
 
 class RouterSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -58,6 +58,8 @@ class DetectorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     straggler: StragglerSettings = msgspec.field(default_factory=StragglerSettings)
     crash: CrashSettings = msgspec.field(default_factory=CrashSettings)
     gpu: GpuHealthSettings = msgspec.field(default_factory=GpuHealthSettings)
+    # More detectors for every job, each ``"package.module:factory"`` (detectors.protocol.Detector).
+    plugins: list[str] = msgspec.field(default_factory=list)
     history: HistorySettings = msgspec.field(default_factory=HistorySettings)
     # How long a finished job's state is kept for stragglers of its telemetry.
     linger_s: Seconds = 600.0

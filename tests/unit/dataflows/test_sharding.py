@@ -22,7 +22,8 @@ from trainguard.dataflows.replay import ReplaySource, merged_events
 from trainguard.dataflows.replay_shards import ShardedReplaySource, shard_events
 from trainguard.datasets import generator
 from trainguard.detectors.events import TOPICS, Anomaly, DeadLetter, GpuSample, JobEvent, NodeEvent, ProgressRecord
-from trainguard.detectors.routing import DEAD, Heartbeat, Router, RouterSettings, shard_of
+from trainguard.detectors.routing import DEAD, Router, RouterSettings
+from trainguard.detectors.shards import Heartbeat, shard_of
 
 
 def sharded(shards: int) -> Settings:

@@ -31,7 +31,7 @@ def test_corpus_parts_hold_their_measured_accuracy(part: str, fault_vs_normal: f
     assert s.normal_silent >= 0.95, s  # healthy progress and look-alikes raise nothing
 
 
-EXTRA_SETS = ["extra-real-logs.jsonl", *(f"extra-real-logs-{part}.jsonl" for part in ("3b", "4a", "4b"))]
+EXTRA_SETS = ["extra-real-logs.jsonl", *(f"extra-real-logs-{part}.jsonl" for part in ("3b", "4a", "4b", "5a", "5b"))]
 
 
 @pytest.mark.parametrize("name", EXTRA_SETS)

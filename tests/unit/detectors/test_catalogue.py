@@ -245,6 +245,85 @@ CASES = [
         "system",
     ),
     ("cuBLAS API failed with status 15", "cuda_library_error", "application"),
+    # Sets 5a/5b: CUDA error 2 by number (Caffe, Lua Torch), CuPy's and vLLM's OOM, Paddle's device assert,
+    # cuFFT, Triton out of shared memory, a worker's segfault, a CPU without the wheel's instructions
+    (
+        "F0903 14:31:26.106397 92421 syncedmem.cpp:56] Check failed: error == cudaSuccess (2 vs. 0)  out of memory",
+        "oom",
+        "application",
+    ),
+    (
+        "THCudaCheck FAIL file=/tmp/cutorch/lib/THC/generic/THCStorage.cu line=66 error=2 : out of memory",
+        "oom",
+        "application",
+    ),
+    (
+        "Exception in main training loop: out of memory to allocate 205520896 bytes (total 16068929536 bytes)",
+        "oom",
+        "application",
+    ),
+    (
+        "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`",
+        "oom",
+        "application",
+    ),
+    (
+        "Error: /paddle/paddle/phi/kernels/gpu/bce_loss_kernel.cu:42 "
+        "Assertion `(x >= static_cast<T>(0)) && (x <= one)` failed. Input is expected to be within the interval "
+        "[0, 1], but received nan.",
+        "cuda_device_assert",
+        "application",
+    ),
+    ("RuntimeError: cuFFT error: CUFFT_INTERNAL_ERROR", "cuda_library_error", "application"),
+    ("{'loss': 0.0, 'grad_norm': nan, 'learning_rate': 5e-05, 'epoch': 0.54}", "nan_loss", "application"),
+    (
+        "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 98304, Hardware limit: 65536.",
+        "cuda_error",
+        "application",
+    ),
+    ("ERROR: Unexpected segmentation fault encountered in worker.", "segfault", "system"),
+    ("Illegal instruction (core dumped)", "illegal_instruction", "application"),
+    # Set 5a: RDMA keys and registrations, NVML through a device plugin, Horovod's NCCL call, TensorFlow's
+    # kernel launch out of memory, Ray's memory monitor, JAX's coordination service, pod eviction, CUDA's
+    # contained error in words
+    (
+        "[vegas06:14879:0] dc_verbs.c:614  UCX  ERROR Send completion with error on qp 0x6214: remote access error "
+        "syndrome 0x88",
+        "ib_link",
+        "system",
+    ),
+    ("  Failed status 4: wr_id 0 syndrom 0x51", "ib_link", "system"),
+    ("Couldn't allocate MR", "ib_link", "system"),
+    (
+        "Allocate failed due to device plugin GetPreferredAllocation rpc failed with err: unable to get device link "
+        "information: error calling nvml.Init: Unknown Error, which is unexpected",
+        "gpu_missing",
+        "system",
+    ),
+    (
+        "horovod.common.exceptions.HorovodInternalError: ncclAllReduce failed: unhandled cuda error",
+        "nccl_error",
+        "system",
+    ),
+    (
+        "Non-OK-status: GpuLaunchKernel (FillPhiloxRandomKernelLaunch <Distribution>, num_blocks, block_size, 0, "
+        "d.stream (), gen, data, size, dist) status: Internal: out of memory",
+        "oom",
+        "application",
+    ),
+    (
+        "(raylet) node_manager.cc:2963: System memory low at node with IP 172.17.0.2. Used memory (23.63GB) / total "
+        "capacity (33.28GB) (0.709971) exceeds threshold 0.7, killing latest task with name Leaker.__init__",
+        "host_oom",
+        "system",
+    ),
+    ("RPC: /tensorflow.CoordinationService/RegisterTask", "rendezvous", "system"),
+    ("  Warning  Evicted    <invalid>  kubelet  The node had condition: [DiskPressure].", "job_evicted", "system"),
+    (
+        "torch.AcceleratorError: CUDA error: Invalid access of peer GPU memory over nvlink or a hardware error",
+        "gpu_contained_error",
+        "hardware",
+    ),
     (
         "[W socket.cpp:663] [c10d] The client socket has failed to connect to [::ffff:10.0.0.7]:29500 "
         "(errno: 110 - Connection timed out).",
@@ -280,6 +359,9 @@ LOOK_ALIKES = [
     "{'loss': 0.0923, 'grad_norm': 2.383980345174379, 'learning_rate': 9.7e-05, 'epoch': 0.38}",
     "Saving checkpoint to /ckpt/global_step2000",
     "iteration     3383/    8000 | lm loss: 7.334521E-01 | grad norm: 0.752 | number of nan iterations:   0 |",
+    # An AMP running average made NaN by a skipped step, next to a finite loss (Swin's meter format).
+    "INFO Train: [0/300][4050/5004]   eta 0:17:06 lr 0.000500 time 1.1737 (1.0765)    loss 3.2572 (3.3279)    "
+    "grad_norm 1.0323 (nan)  mem 4814MB",
     # c10d tries an address family the host lacks (IPv6), warns, and connects over the next one.
     "[W socket.cpp:601] [c10d] The client socket has failed to connect to [node-a12]:22456 "
     "(errno: 22 - Invalid argument).",

@@ -1,0 +1,93 @@
+"""What one log line of a job says, read once: progress, a phase boundary, a rhythm, an NVRx score, a fault.
+
+A job monitor turns this reading into calls on its detectors; reading and reacting are
+kept apart so each can be tested alone, and so the order in which a line is tried
+(progress first: the common case; the signature catalogue last: the costly one) is
+decided in one place.
+
+>>> read_line("iteration      120/  100000 | elapsed time per iteration (ms): 812.5 | lm loss: 2.1E+00 |")
+Progress(parsed=ParsedProgress(step=120, step_time_s=0.8125, tokens_per_s=None, samples_per_s=None), match=None)
+>>> read_line("[default0]: saving checkpoint at iteration 400")
+PhaseMarker(starts=True)
+>>> type(read_line("RuntimeError: CUDA error: an illegal memory access was encountered")).__name__
+'Matched'
+>>> read_line("hello")
+Unmatched()
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from trainguard.detectors.hang import parse_rhythm
+from trainguard.detectors.phases import phase_marker
+from trainguard.detectors.progress_parsers import ParsedProgress, RankScore, parse_nvrx_score, parse_progress
+from trainguard.detectors.signatures import SignatureMatch, match_line
+
+_RHYTHM_HINTS = ("_interval", "_steps", "every", "val_check")
+
+
+class Progress(NamedTuple):
+    """A progress line; ``match``: a fault printed on the same line (a NaN loss, text after a progress bar)."""
+
+    parsed: ParsedProgress
+    match: SignatureMatch | None
+
+
+class NvrxScore(NamedTuple):
+    """One rank's line of NVRx's straggler report."""
+
+    score: RankScore
+
+
+class NvrxSection(NamedTuple):
+    """The heading of an NVRx report section: ``relative`` or ``individual`` scores follow."""
+
+    name: str
+
+
+class PhaseMarker(NamedTuple):
+    """A benign phase (checkpoint, evaluation) starts or ends."""
+
+    starts: bool
+
+
+class Rhythm(NamedTuple):
+    """An interval the job printed (``eval_interval ... 1000``)."""
+
+    name: str
+    every: int
+
+
+class Matched(NamedTuple):
+    """A line the signature catalogue explains."""
+
+    match: SignatureMatch
+
+
+class Unmatched(NamedTuple):
+    """Anything else (it may still look fatal: the crash detector decides)."""
+
+
+LineReading = Progress | NvrxScore | NvrxSection | PhaseMarker | Rhythm | Matched | Unmatched
+
+
+def read_line(line: str) -> LineReading:
+    """Read one log line of a job."""
+    parsed = parse_progress(line)
+    if parsed is not None:
+        return Progress(parsed, match_line(line))
+    score = parse_nvrx_score(line)
+    if score is not None:
+        return NvrxScore(score)
+    if "performance:" in line and "NVRx" in line:
+        return NvrxSection("individual" if "individual" in line else "relative")
+    marker = phase_marker(line)
+    if marker is not None:
+        return PhaseMarker(marker[1])
+    if any(hint in line for hint in _RHYTHM_HINTS):
+        rhythm = parse_rhythm(line)
+        if rhythm is not None:
+            return Rhythm(*rhythm)
+    match = match_line(line)
+    return Unmatched() if match is None else Matched(match)

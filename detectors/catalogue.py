@@ -327,6 +327,7 @@ CATALOGUE: tuple[Signature, ...] = (
         "cuda_error",
         _APP,
         transient=False,
+        anchors=("OutOfResources",),
     ),
     Signature(
         "cuda_error",
@@ -643,6 +644,7 @@ CATALOGUE: tuple[Signature, ...] = (
         "illegal_instruction",
         _APP,
         transient=False,
+        anchors=("Illegal instruction", "SIGILL"),
     ),
     Signature(
         "segfault",
@@ -681,6 +683,7 @@ CATALOGUE: tuple[Signature, ...] = (
         "job_evicted",
         _SYS,
         transient=True,
+        anchors=("node had condition", "low on resource"),
     ),
     # --- Scheduler -------------------------------------------------------------------------------------------
     Signature(
@@ -697,6 +700,7 @@ CATALOGUE: tuple[Signature, ...] = (
         "job_launch_failed",
         _SYS,
         transient=True,
+        anchors=("slurmstepd", "Task launch", "credential"),
     ),
     Signature(
         "slurm_cancelled",

@@ -101,24 +101,22 @@ class JobMonitor:
 
     # -- events -------------------------------------------------------------------
     def observe(self, event: Event) -> list[Anomaly]:
-        found = self._builtin(event)
-        for plugin in self.plugins:
-            found += self._emit(plugin.observe(event))
-        return found
-
-    def _builtin(self, event: Event) -> list[Anomaly]:
         if isinstance(event, ProgressRecord):
             if event.pp_stage is not None or event.dp_rank is not None:
                 self.ranks.place(event.rank, event.pp_stage, event.dp_rank)
             per_rank = event.compute_time_s if event.compute_time_s is not None else event.step_time_s
-            return self._progress(event.ts, event.step, event.rank, event.node, event.step_time_s, per_rank)  # type: ignore[arg-type]
-        if isinstance(event, LogRecord):
-            return self._log(event)
-        if isinstance(event, GpuSample):
-            return self._gpu(event)
-        if isinstance(event, JobEvent):
-            return self._job_state(event)
-        return []
+            found = self._progress(event.ts, event.step, event.rank, event.node, event.step_time_s, per_rank)  # type: ignore[arg-type]
+        elif isinstance(event, LogRecord):
+            found = self._log(event)
+        elif isinstance(event, GpuSample):
+            found = self._gpu(event)
+        elif isinstance(event, JobEvent):
+            found = self._job_state(event)
+        else:
+            found = []
+        for plugin in self.plugins:  # detectors named under detectors.plugins see every event too
+            found += self._emit(plugin.observe(event))
+        return found
 
     def _log(self, rec: LogRecord) -> list[Anomaly]:
         ts: float = rec.ts  # type: ignore[assignment]

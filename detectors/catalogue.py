@@ -116,6 +116,15 @@ CATALOGUE: tuple[Signature, ...] = (
         remedy="RESTART_BM",
         anchors=("lost", "LOST", "fallen", "device handle", "rev ff", "AER", "unhealthy", "requires reset"),
     ),
+    # DCGM's diagnostics table: a test failed on a GPU.
+    Signature(
+        "dcgm_diag_failed",
+        r"\|\s*Fail - GPU: \d+",
+        "dcgm_diag_failed",
+        _HW,
+        transient=False,
+        anchors=("Fail - GPU",),
+    ),
     Signature(
         "gpu_init_failed",
         r"RmInitAdapter failed|rm_init_adapter failed|Cannot attach gpu|NVRM: GPU [0-9a-fA-F:.]+: Failed to enable",
@@ -299,7 +308,8 @@ CATALOGUE: tuple[Signature, ...] = (
         r"peer access is not supported between these two devices|"
         r"CUDA error: operation not supported|cudaErrorNotSupported|CUDA error: CUDA driver version|"
         r"PTX was compiled with an unsupported toolchain|UNSUPPORTED_PTX_VERSION|cudaErrorUnsupportedPtxVersion|"
-        r"Loaded runtime CuDNN library: .* but source was compiled with",
+        r"Loaded runtime CuDNN library: .* but source was compiled with|"
+        r"nvrtc: error: invalid value for --gpu-architecture",
         "cuda_environment",
         _SYS,
         transient=False,
@@ -444,12 +454,23 @@ CATALOGUE: tuple[Signature, ...] = (
         r"Timed out initializing process group in store based barrier|got error: Socket Timeout|"
         r"timed out in blocking wait|NCCL_BLOCKING_WAIT.*timed out|Operation timed out!?\s*$|"
         # Gloo's collectives (CPU groups, barriers) time out in their own words.
-        r"gloo.*Timed out waiting \d+ms for (?:recv|send) operation",
+        r"gloo.*Timed out waiting \d+ms for (?:recv|send) operation|"
+        # XLA's NCCL id exchange through the coordination key-value store.
+        r"GetKeyValue\(\) timed out with key",
         "nccl_timeout",
         _SYS,
         cascade=True,
         transient=True,
         extract=_NCCL_FIELDS,
+    ),
+    # SHARP/CollNet cannot be set up: NCCL says so and uses point-to-point instead. Recognised (so the
+    # line is not taken for an unexplained failure), never an anomaly: a warning without a storm size.
+    Signature(
+        "collnet_unavailable",
+        r"SHARP coll init error|Cannot initialize CollNet, using point-to-point",
+        "collnet_unavailable",
+        _SYS,
+        severity="warning",
     ),
     Signature(
         "nccl_shm",
@@ -486,6 +507,17 @@ CATALOGUE: tuple[Signature, ...] = (
         "nccl_timeout",
         _SYS,
         cascade=True,
+        transient=True,
+    ),
+    # NCCL's bootstrap retrying a refused connection: normal for a moment, a failure when it keeps on.
+    Signature(
+        "nccl_connect_retry",
+        r"NCCL INFO Call to connect returned Connection refused, retrying",
+        "nccl_error",
+        _SYS,
+        severity="warning",
+        storm=5,
+        storm_window_s=300.0,
         transient=True,
     ),
     # Collective stall warnings (Horovod's stall inspector, XLA's rendezvous): a warning once, a stall
@@ -530,7 +562,9 @@ CATALOGUE: tuple[Signature, ...] = (
         r"server socket has failed to (?:listen|bind)|Timed out waiting for clients|"
         r"Timed out after \d+ seconds waiting for clients|EADDRINUSE|[Aa]ddress already in use|"
         # JAX/XLA multi-host: the coordination service is the rendezvous.
-        r"RPC: /tensorflow\.CoordinationService/(?:RegisterTask|Barrier|WaitForAllTasks)",
+        r"RPC: /tensorflow\.CoordinationService/(?:RegisterTask|Barrier|WaitForAllTasks)|"
+        r"Coordination service agent in error status|has been set to ERROR in coordination service|"
+        r"Gloo connectFullMesh failed",
         "rendezvous",
         _SYS,
         cascade=True,
@@ -548,6 +582,8 @@ CATALOGUE: tuple[Signature, ...] = (
             "EADDRINUSE",
             "already in use",
             "CoordinationService",
+            "oordination service",
+            "connectFullMesh",
         ),
     ),
     Signature(
@@ -572,6 +608,37 @@ CATALOGUE: tuple[Signature, ...] = (
         "process_crash",
         _SYS,
         cascade=True,
+    ),
+    # MPI runtimes, launchers and orchestrators reporting that a process of the job died or never started.
+    Signature(
+        "runtime_lost_process",
+        r"An MPI communication peer process has unexpectedly disconnected|"
+        r"ORTE has lost communication with a remote daemon|An error occurred in MPI_Init|MPI_ERRORS_ARE_FATAL|"
+        r"MPI_ABORT was invoked|\*\*\* Process received signal \*\*\*|"
+        r"LAUNCH ERROR .*(?:Container failed|Pod failed)|Container rank \d+ status failed|"
+        r"\bCrashLoopBackOff\b|back-off \S+ restarting failed container",
+        "process_crash",
+        _SYS,
+        cascade=True,
+        anchors=(
+            "MPI",
+            "ORTE",
+            "Process received signal",
+            "LAUNCH ERROR",
+            "Container rank",
+            "CrashLoopBackOff",
+            "restarting failed container",
+        ),
+    ),
+    # glibc found the heap corrupted and aborts the process (a native bug somewhere in the stack).
+    Signature(
+        "heap_corruption",
+        r"\*\*\* Error in `[^`]*': |double free or corruption|free\(\): invalid (?:pointer|size)|"
+        r"malloc\(\): \S.*corrupted|corrupted size vs\. prev_size",
+        "process_crash",
+        _SYS,
+        transient=False,
+        anchors=("Error in `", "double free", "free(): invalid", "corrupted"),
     ),
     Signature(
         "launcher_killed",
@@ -696,7 +763,7 @@ CATALOGUE: tuple[Signature, ...] = (
     Signature(
         "slurm_launch_failed",
         r"slurmstepd: error: execve\(\)|srun: error: Task launch for \S+ failed on node|"
-        r"Job credential expired|slurmstepd: error: .*(?:couldn't chdir|setup failed|prolog failed)",
+        r"Job credential expired|slurmstepd: error: .*(?:setup failed|prolog failed)",
         "job_launch_failed",
         _SYS,
         transient=True,
@@ -718,7 +785,8 @@ CATALOGUE: tuple[Signature, ...] = (
         r"grad[ _]norm\W{0,3}(?:nan|inf)\b|loss\W{1,3}(?:nan|inf)\b)|"
         r"Model diverged with loss = NaN|NanLossDuringTrainingError|(?i:loss is (?:nan|inf))|"
         r"Loss became infinite or NaN|(?i:non-finite (?:loss|grad))|is non-finite|Inf/NaN|NaN/Inf|"
-        r"found NaN in|[Ll]oss scale already at minimum|Minimum loss scale reached|Training has diverged|"
+        r"found NaN in|(?i:\b(?:outputs?|logits|predictions?) (?:is|are|became) nan\b)|"
+        r"[Ll]oss scale already at minimum|Minimum loss scale reached|Training has diverged|"
         r"(?i:detected (?:nan|inf)\b)|(?i:nan or inf found)",
         "nan_loss",
         _APP,
@@ -823,6 +891,8 @@ FAMILIES: dict[str, str] = {
     "node_fail": "gpu_xid_hardware",
     "job_launch_failed": "process_crash",
     "job_evicted": "process_crash",
+    "collnet_unavailable": "other",
+    "dcgm_diag_failed": "gpu_xid_hardware",
     "cuda_environment": "cuda_error",
     "python_exception": "process_crash",
     "unclassified": "unknown",
@@ -854,14 +924,18 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "CURAND",
     "CUSOLVER",
     "CUSPARSE",
+    "Call to connect returned",
     "Cannot attach",
     "Caught signal",
     "ChildFailed",
+    "CollNet",
     "CollectiveFingerPrint",
     "Connect",
     "Connection",
     "Contained",
+    "Container rank",
     "CoordinationService",
+    "CrashLoopBackOff",
     "CuDNN",
     "Cuda",
     "DUE TO",
@@ -873,11 +947,13 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "EADDRINUSE",
     "ECC",
     "EDAC",
+    "Error in `",
     "Error: ",
     "EventType:8",
     "Evicted",
     "Exception: ",
     "Exit Code",
+    "Fail - GPU",
     "Failed status",
     "Failed to allocate",
     "Failed to enable",
@@ -888,6 +964,7 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "GPU lost",
     "GPU_IS_LOST",
     "GPUassert",
+    "GetKeyValue",
     "HIP",
     "Heartbeat",
     "IBV_",
@@ -897,12 +974,15 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "Kernel panic",
     "Killed",
     "Killing",
+    "LAUNCH ERROR",
     "LOC_CATAS",
     "Link",
     "Lustre",
+    "MPI_",
     "Memory cgroup",
     "MemoryError",
     "Monitored Barrier",
+    "NAN",
     "NCCL",
     "NET/",
     "NETDEV",
@@ -921,6 +1001,7 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "OFI",
     "OOM",
     "OOM when",
+    "ORTE has lost",
     "OVERFLOW",
     "Out Of Memory",
     "Out of memory",
@@ -929,6 +1010,7 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "Per user-direction",
     "Physical",
     "Port module",
+    "Process received signal",
     "RESOURCE_EXHAUSTED",
     "RNR",
     "RayActorError",
@@ -940,6 +1022,7 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "ResourceExhausted",
     "RmInit",
     "Root Cause",
+    "SHARP coll",
     "SIG",
     "SYSTEM_ERROR",
     "Segmentation",
@@ -975,6 +1058,8 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "cache blocks",
     "carrier",
     "compatible with the current",
+    "connectFullMesh",
+    "corrupted",
     "create MR",
     "credential expired",
     "cuDNN",
@@ -988,6 +1073,7 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "device handle",
     "died with",
     "diverged",
+    "double free",
     "exit code",
     "exit status",
     "exitcode",
@@ -995,6 +1081,7 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "failed",
     "fallen off",
     "found NaN",
+    "free(): invalid",
     "gloo",
     "hild process",
     "ibv_",
@@ -1033,13 +1120,16 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "nvlink",
     "nvml",
     "nvml.Init",
+    "nvrtc",
     "oom",
     "oom-killer",
+    "oordination service",
     "out of memory",
     "out-of-memory",
     "overflow",
     "peer GPU memory over nvlink",
     "peer access",
+    "peer process has unexpectedly",
     "physical",
     "present state",
     "probe routine",
@@ -1054,6 +1144,7 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "remote access error",
     "rendezvous",
     "requires reset",
+    "restarting failed container",
     "retired",
     "retry",
     "return code",

@@ -93,7 +93,8 @@ _FIRST_ANCHOR = len(PREFILTER_WORDS)
 
 def could_match(line: str) -> bool:
     """The pre-filter: whether ``line`` could match any signature at all."""
-    found = _WORDS.find_matches_as_indexes(line)
+    # Overlapping: a short anchor ("D ") that ends first must not hide a word it overlaps ("BAD TERMINATION").
+    found = _WORDS.find_matches_as_indexes(line, overlapping=True)
     if not found:
         return False
     if any(index < _FIRST_ANCHOR for index, _, _ in found):

@@ -324,6 +324,42 @@ CASES = [
         "gpu_contained_error",
         "hardware",
     ),
+    # Sets 6a/6b: MPI runtimes, heap corruption, JAX's coordination service and key-value exchange, Paddle's
+    # launcher, Gloo, Kubernetes crash loops, NCCL's bootstrap retries (a storm), DCGM diagnostics, NVRTC
+    ("=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES", "process_crash", "system"),
+    ("An MPI communication peer process has unexpectedly disconnected.  This", "process_crash", "system"),
+    ("ORTE has lost communication with a remote daemon.", "process_crash", "system"),
+    ("*** An error occurred in MPI_Init_thread", "process_crash", "system"),
+    (
+        "*** Error in `python': malloc(): smallbin double linked list corrupted: 0x00007f9dfc2cc060 ***",
+        "process_crash",
+        "system",
+    ),
+    (
+        "E external/xla/xla/pjrt/distributed/client.cc:96] Coordination service agent in error status: "
+        "DEADLINE_EXCEEDED: Deadline Exceeded",
+        "rendezvous",
+        "system",
+    ),
+    (
+        "Execution of replica 0 failed: DEADLINE_EXCEEDED: GetKeyValue() timed out with key: devices=[0,1]",
+        "nccl_timeout",
+        "system",
+    ),
+    ("LAUNCH ERROR 2022-11-21 02:35:54,385 Container failed !!!", "process_crash", "system"),
+    (
+        "[rank8]:[E ProcessGroupGloo.cpp:144] Gloo connectFullMesh failed with [pair.cc:144] no error",
+        "rendezvous",
+        "system",
+    ),
+    (
+        "pytorchjob-example-82cjcqdz-master-0         0/2     CrashLoopBackOff   8          2m32s",
+        "process_crash",
+        "system",
+    ),
+    ("ValueError:Network outputs is NAN! Stop Training", "nan_loss", "application"),
+    ("RuntimeError: nvrtc: error: invalid value for --gpu-architecture (-arch)", "cuda_environment", "system"),
+    ("|                           | Fail - GPU: 0                                  |", "dcgm_diag_failed", "hardware"),
     (
         "[W socket.cpp:663] [c10d] The client socket has failed to connect to [::ffff:10.0.0.7]:29500 "
         "(errno: 110 - Connection timed out).",
@@ -359,6 +395,8 @@ LOOK_ALIKES = [
     "{'loss': 0.0923, 'grad_norm': 2.383980345174379, 'learning_rate': 9.7e-05, 'epoch': 0.38}",
     "Saving checkpoint to /ckpt/global_step2000",
     "iteration     3383/    8000 | lm loss: 7.334521E-01 | grad norm: 0.752 | number of nan iterations:   0 |",
+    # Slurm could not enter the submit directory and works from /tmp instead.
+    "slurmstepd: error: couldn't chdir to `/root/burst-buffer': No such file or directory: going to /tmp instead",
     # An AMP running average made NaN by a skipped step, next to a finite loss (Swin's meter format).
     "INFO Train: [0/300][4050/5004]   eta 0:17:06 lr 0.000500 time 1.1737 (1.0765)    loss 3.2572 (3.3279)    "
     "grad_norm 1.0323 (nan)  mem 4814MB",
@@ -379,7 +417,10 @@ def test_every_signature_has_a_known_layer_and_family() -> None:
     for sig in CATALOGUE:
         assert sig.layer in ("hardware", "system", "application", "unknown"), sig.id
         if sig.category != "xid":
-            assert family_of(sig.category) != "other" or sig.category == "pcie_aer", sig.id
+            # "other" (noise, not a job failure): corrected PCIe errors, and lines recognised only so that they
+            # are never taken for an unexplained failure (a warning with no storm size never raises an anomaly).
+            evidence_only = sig.severity == "warning" and sig.storm == 0
+            assert family_of(sig.category) != "other" or sig.category == "pcie_aer" or evidence_only, sig.id
 
 
 def test_fatal_looking_lines_are_recognised_without_a_signature() -> None:

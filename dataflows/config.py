@@ -18,7 +18,7 @@ from trainguard.actions.drivers import SchedulerSettings
 from trainguard.actions.notify import NotifySettings
 from trainguard.actions.policy import PolicyConfig
 from trainguard.detectors.events import TOPICS
-from trainguard.detectors.protocol import load_factory
+from trainguard.detectors.protocol import check_plugin
 from trainguard.detectors.routing import RouterSettings
 from trainguard.detectors.settings import DetectorSettings
 
@@ -125,7 +125,7 @@ def load_settings(path: str | Path | None) -> Settings:
             )
     for spec in settings.detectors.plugins:
         try:
-            load_factory(spec)
+            check_plugin(spec, settings.detectors)
         except ValueError as exc:
             raise ConfigError(f"config file {p}: detectors.plugins: {exc}".rstrip(".") + ".") from None
     return settings

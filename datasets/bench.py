@@ -20,6 +20,21 @@ from pathlib import Path
 from trainguard.datasets.generator import write_scenario
 
 
+def checkout_support(module: str) -> object:
+    """A module of the tests' support code (the Tansu launcher), importable from a checkout only.
+
+    The live benchmarks start the same broker the integration tests do; a wheel does not ship
+    test machinery, so this raises ``ModuleNotFoundError`` outside a checkout.
+    """
+    import importlib
+    import sys
+
+    root = Path(__file__).resolve().parents[1]  # datasets/ sits at the top of a checkout
+    if (root / "tests" / "support").is_dir() and str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    return importlib.import_module(module)
+
+
 def _spin(_: object = None) -> float:
     """A fixed pure-Python loop (dict updates, no I/O); its wall time."""
     started = time.perf_counter()

@@ -715,6 +715,8 @@ def build(preset: str, seed: int, nodes: int | None = None, minutes: float | Non
     """A planned simulation for a preset: ``demo``, ``default``, ``llama3``, ``scale``, ``adversarial`` or ``mix``."""
     rng = random.Random(seed)
     if preset == "demo":
+        if nodes is not None or minutes is not None:
+            raise ValueError("the demo preset is fixed (twelve nodes, 45 minutes); drop --nodes and --minutes.")
         return build_demo(seed)
     if preset == "mix":
         return build_mix(seed, jobs=(nodes or 32) // 2, minutes=minutes or 30)

@@ -37,7 +37,11 @@ def live_latency(lateness: float = 0.5) -> None:
     """Measure and print how long after the fatal line / the last step each anomaly reaches the topic."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from tests.support.tansu import free_port, start_tansu, start_trainguard, stop_process, tansu_binary
+    from trainguard.datasets.bench import checkout_support
+
+    tansu = checkout_support("tests.support.tansu")
+    free_port, start_tansu, start_trainguard = tansu.free_port, tansu.start_tansu, tansu.start_trainguard  # type: ignore[attr-defined]
+    stop_process, tansu_binary = tansu.stop_process, tansu.tansu_binary  # type: ignore[attr-defined]
     from trainguard.dataflows.config import KafkaSettings
     from trainguard.dataflows.kafka_io import create_topics, produce_records
 
@@ -92,7 +96,7 @@ def live_latency(lateness: float = 0.5) -> None:
     if "hang" in arrivals:
         print(
             f"  hang:  anomaly on the topic {arrivals['hang'] - arrivals['hang_onset']:.2f}s after the last step "
-            "(deadline 55 s + tick grid + lateness)"
+            "(GPU activity confirms it: the culprit idles while its peers spin; logs alone wait for the 55 s floor)"
         )
     else:
         print("  hang:  NOT detected")

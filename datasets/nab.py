@@ -1,4 +1,4 @@
-"""NAB scoring with NAB's own rules: ``python -m trainguard.datasets.nab [--detector NAME]``.
+"""NAB scoring with NAB's own rules: ``trainguard bench nab [--detector NAME]``.
 
 The Numenta Anomaly Benchmark rewards early detection inside labelled anomaly
 windows and penalises false positives, through a scaled sigmoid of each
@@ -12,7 +12,7 @@ costs ``fnWeight``. One threshold per profile is chosen to maximise the total
 over the corpus, and the total is normalised so the null detector (no
 detections) scores 0 and the perfect one 100.
 
-``python -m trainguard.datasets.nab --detector windowedGaussian`` reruns NAB's own
+``trainguard bench nab --detector windowedGaussian`` reruns NAB's own
 windowed-Gaussian baseline, whose published optimised raw score this scorer
 reproduces (``tests/unit/datasets/test_nab.py``).
 """

@@ -61,7 +61,11 @@ def soak_live(minutes: float = 10.0) -> dict[str, Any]:
     """Run the live soak and return its report (published, processed, lag, watermark delay, RSS)."""
     from confluent_kafka import Producer
 
-    from tests.support.tansu import free_port, start_tansu, start_trainguard, stop_process, tansu_binary
+    from trainguard.datasets.bench import checkout_support
+
+    tansu = checkout_support("tests.support.tansu")
+    free_port, start_tansu, start_trainguard = tansu.free_port, tansu.start_tansu, tansu.start_trainguard  # type: ignore[attr-defined]
+    stop_process, tansu_binary = tansu.stop_process, tansu.tansu_binary  # type: ignore[attr-defined]
     from trainguard.dataflows.config import KafkaSettings
     from trainguard.dataflows.kafka_io import create_topics
 

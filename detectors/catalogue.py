@@ -228,7 +228,7 @@ CATALOGUE: tuple[Signature, ...] = (
         "host_memory_exhausted",
         r"running low on memory|ray\.exceptions\.OutOfMemoryError|std::bad_alloc|MemoryError: Unable to allocate|"
         # The GPU driver itself cannot get memory (system memory, or unified memory on Grace/GB10 hosts).
-        r"NVRM: .*(?:Out of memory \[NV_ERR_NO_MEMORY\]|NV_ERR_NO_MEMORY)|"
+        r"NVRM: [^\n]{0,200}?NV_ERR_NO_MEMORY|"
         r"System memory low at node .* killing",
         "host_oom",
         _SYS,
@@ -419,7 +419,7 @@ CATALOGUE: tuple[Signature, ...] = (
         r"transport/net_ib\.cc:\d+ -> \d|send completion with error|local protection error|NET/OFI.*ERROR|"
         r"NET/IB : Unable to open device|"
         # Access and protection errors are keys and registrations (software, GPUDirect set-up), not the link.
-        r"[Rr]emote access error|Couldn't allocate MR|[Ff]ailed to create MR|ibv_reg_mr failed|"
+        r"[Rr]emote access error\b|Couldn't allocate MR|[Ff]ailed to create MR|ibv_reg_mr failed|"
         r"Failed status [45]: wr_id",
         "ib_link",
         _SYS,
@@ -485,6 +485,7 @@ CATALOGUE: tuple[Signature, ...] = (
         r"NCCL WARN (?:socket\w*|Net|NET/Socket|Socket)\b.*(?:failed|closed|reset|refused|timed out|abort)|"
         r"WARN Socket creation failed|socketStartConnect: Connect to .* failed|Connection closed by remote peer|"
         r"NCCL WARN Call to (?:connect|recv|send|accept|bind) .*failed|NCCL WARN socketPollConnect|"
+        r"socketStartConnect: exceeded retries|"
         # NCCL's return-code trace (``transport/net.cc:515 -> 2``): 2 is ncclSystemError, 6 ncclRemoteError.
         r"NCCL INFO [\w/.-]+\.(?:cc|h|cu|cpp):\d+ -> [26]\b",
         "nccl_error",
@@ -509,16 +510,14 @@ CATALOGUE: tuple[Signature, ...] = (
         cascade=True,
         transient=True,
     ),
-    # NCCL's bootstrap retrying a refused connection: normal for a moment, a failure when it keeps on.
+    # NCCL's bootstrap retrying a refused connection: every rank prints it about once a second while a
+    # slow peer starts, so it is evidence only; giving up ("exceeded retries") is the failure (nccl_socket).
     Signature(
         "nccl_connect_retry",
         r"NCCL INFO Call to connect returned Connection refused, retrying",
         "nccl_error",
         _SYS,
         severity="warning",
-        storm=5,
-        storm_window_s=300.0,
-        transient=True,
     ),
     # Collective stall warnings (Horovod's stall inspector, XLA's rendezvous): a warning once, a stall
     # when they keep coming (they also show up in runs that then finish fine).
@@ -613,10 +612,10 @@ CATALOGUE: tuple[Signature, ...] = (
     Signature(
         "runtime_lost_process",
         r"An MPI communication peer process has unexpectedly disconnected|"
-        r"ORTE has lost communication with a remote daemon|An error occurred in MPI_Init|MPI_ERRORS_ARE_FATAL|"
+        r"ORTE has lost communication with a remote daemon|An error occurred in MPI_Init|\*\*\* MPI_ERRORS_ARE_FATAL|"
         r"MPI_ABORT was invoked|\*\*\* Process received signal \*\*\*|"
-        r"LAUNCH ERROR .*(?:Container failed|Pod failed)|Container rank \d+ status failed|"
-        r"\bCrashLoopBackOff\b|back-off \S+ restarting failed container",
+        r"LAUNCH ERROR [^\n]{0,80}?(?:Container failed|Pod failed)|Container rank \d+ status failed|"
+        r"\bCrashLoopBackOff\b|(?i:back-off (?:\S+ )?restarting failed container)",
         "process_crash",
         _SYS,
         cascade=True,
@@ -707,7 +706,8 @@ CATALOGUE: tuple[Signature, ...] = (
     # A binary built for instructions this CPU lacks (a prebuilt wheel using AVX): the job's build, not the node.
     Signature(
         "illegal_instruction",
-        r"Illegal instruction \(core dumped\)|Fatal Python error: Illegal instruction|SIGILL\b",
+        r"Illegal instruction \(core dumped\)|Fatal Python error: Illegal instruction|"
+        r"(?:killed by|received|terminated by|got) signal SIGILL|Signals\.SIGILL",
         "illegal_instruction",
         _APP,
         transient=False,
@@ -763,7 +763,7 @@ CATALOGUE: tuple[Signature, ...] = (
     Signature(
         "slurm_launch_failed",
         r"slurmstepd: error: execve\(\)|srun: error: Task launch for \S+ failed on node|"
-        r"Job credential expired|slurmstepd: error: .*(?:setup failed|prolog failed)",
+        r"failed on node \S+: Job credential expired|slurmstepd: error: [^\n]{0,200}?(?:setup failed|prolog failed)",
         "job_launch_failed",
         _SYS,
         transient=True,
@@ -935,6 +935,7 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "Contained",
     "Container rank",
     "CoordinationService",
+    "Couldn't get context",
     "CrashLoopBackOff",
     "CuDNN",
     "Cuda",
@@ -947,12 +948,14 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "EADDRINUSE",
     "ECC",
     "EDAC",
+    "EXIT CODE",
     "Error in `",
     "Error: ",
     "EventType:8",
     "Evicted",
     "Exception: ",
     "Exit Code",
+    "Exit code",
     "Fail - GPU",
     "Failed status",
     "Failed to allocate",
@@ -992,6 +995,7 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "NVLink",
     "NVML",
     "NVRTC",
+    "NV_ERR_NO_MEMORY",
     "NaN",
     "NaN/Inf",
     "No NVIDIA",
@@ -1024,6 +1028,7 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "Root Cause",
     "SHARP coll",
     "SIG",
+    "SIGILL",
     "SYSTEM_ERROR",
     "Segmentation",
     "Socket",
@@ -1159,6 +1164,7 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "sigkill",
     "slurmstepd: error",
     "socket",
+    "socketStartConnect",
     "soft lockup",
     "srun: error",
     "stream is capturing",

@@ -19,6 +19,10 @@ objects, so Bytewax can snapshot them for recovery.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from typing import Any
+
 from trainguard.detectors import job_states
 from trainguard.detectors.crash import CrashDetector
 from trainguard.detectors.events import Anomaly, Event, GpuSample, JobEvent, LogRecord, NodeEvent, ProgressRecord
@@ -44,6 +48,7 @@ __all__ = ["FAILED_STATES", "RUNNING_STATES", "WAITING_STATES", "JobMonitor", "N
 RUNNING_STATES = job_states.RUNNING
 WAITING_STATES = job_states.WAITING
 FAILED_STATES = job_states.FAILED
+_log = logging.getLogger(__name__)
 LOST_GPU_CHECK_S = 30.0  # GPUs report every ~10 s; looking for silent ones more often finds nothing new
 
 
@@ -115,8 +120,19 @@ class JobMonitor:
         else:
             found = []
         for plugin in self.plugins:  # detectors named under detectors.plugins see every event too
-            found += self._emit(plugin.observe(event))
+            found += self._emit(self._run_plugin(plugin, plugin.observe, event))
         return found
+
+    def _run_plugin(self, plugin: Detector, call: Callable[[Any], list[Finding]], arg: Any) -> list[Finding]:
+        """A plugin's findings; a plugin that raises is switched off for this job (said once), never the job."""
+        try:
+            return call(arg)
+        except Exception:  # someone else's code: whatever it raises must not stop this job's detection
+            _log.exception(
+                "detector plugin %s failed on job %s; switched off for this job", type(plugin).__name__, self.job_id
+            )
+            self.plugins = [p for p in self.plugins if p is not plugin]
+            return []
 
     def _log(self, rec: LogRecord) -> list[Anomaly]:
         ts: float = rec.ts  # type: ignore[assignment]
@@ -301,8 +317,8 @@ class JobMonitor:
         if self.ended_at is None and watermark >= self._next_lost_check:
             self._next_lost_check = watermark + LOST_GPU_CHECK_S
             found += self.health.lost(self.gpus.missing(watermark, self.settings.gpu.missing_after_s), watermark)
-        for plugin in self.plugins:
-            found += plugin.advance(watermark)
+        for plugin in list(self.plugins):
+            found += self._run_plugin(plugin, plugin.advance, watermark)
         return self._emit(found)
 
     def end_of_input(self, watermark: float) -> list[Anomaly]:

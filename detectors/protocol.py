@@ -36,15 +36,13 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from trainguard.detectors.events import Event
 from trainguard.detectors.findings import Finding
+from trainguard.detectors.settings import DetectorSettings
 
-if TYPE_CHECKING:
-    from trainguard.detectors.settings import DetectorSettings
-
-__all__ = ["Detector", "DetectorFactory", "Finding", "load_factory"]
+__all__ = ["Detector", "DetectorFactory", "Finding", "check_plugin", "load_factory"]
 
 
 @runtime_checkable
@@ -60,7 +58,7 @@ class Detector(Protocol):
         ...
 
 
-DetectorFactory = Callable[[str, "DetectorSettings"], Detector]
+DetectorFactory = Callable[[str, DetectorSettings], Detector]
 
 
 def load_factory(spec: str) -> DetectorFactory:
@@ -78,8 +76,33 @@ def load_factory(spec: str) -> DetectorFactory:
         raise ValueError(f"detector plugin {spec!r} must be written 'package.module:factory'.")
     try:
         factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
+    except Exception as exc:
         raise ValueError(f"detector plugin {spec!r} cannot be loaded: {exc}.") from None
     if not callable(factory):
         raise ValueError(f"detector plugin {spec!r} is not callable.")
     return factory
+
+
+def check_plugin(spec: str, settings: DetectorSettings) -> None:
+    """Load ``spec``, build one detector with it and check that it follows the protocol and pickles
+    (snapshots need that); ``ValueError`` with one sentence when it does not.
+
+    >>> check_plugin("collections:Counter", DetectorSettings())
+    Traceback (most recent call last):
+    ...
+    ValueError: detector plugin 'collections:Counter' cannot build a detector (factory(job_id, settings): TypeError).
+    """
+    import pickle
+
+    factory = load_factory(spec)
+    try:
+        detector = factory("config-check", settings)
+    except Exception as exc:
+        why = f"factory(job_id, settings): {type(exc).__name__}"
+        raise ValueError(f"detector plugin {spec!r} cannot build a detector ({why}).") from None
+    if not isinstance(detector, Detector):
+        raise ValueError(f"detector plugin {spec!r} builds a {type(detector).__name__}, which lacks observe/advance.")
+    try:
+        pickle.dumps(detector)
+    except Exception as exc:
+        raise ValueError(f"detector plugin {spec!r} builds a detector that cannot be pickled ({exc}).") from None

@@ -81,7 +81,7 @@ def looks_fatal(line: str) -> bool:
     >>> looks_fatal("terminate called after throwing an instance of 'c10::Error'"), looks_fatal("step 5 loss 1.2")
     (True, False)
     """
-    return FATAL_LOOKING.search(line) is not None
+    return FATAL_LOOKING.search(clip(line)) is not None
 
 
 # The pattern's pieces are not plain words: their anchors ("inf", "GPU", "D ") only send a line
@@ -102,8 +102,27 @@ def could_match(line: str) -> bool:
     return PREFILTER_PATTERN.search(line) is not None
 
 
+# A line longer than this is matched on its head and tail only: every pattern then costs at most a
+# fixed amount (some scan ``.*``), and a message printed at the end of a long progress-bar line, or
+# at the start of a huge dump, is still seen.
+MAX_MATCHED_CHARS = 8192
+
+
+def clip(line: str) -> str:
+    """``line``, or its first and last 4 KiB when it is longer than :data:`MAX_MATCHED_CHARS`.
+
+    >>> len(clip("x" * 100_000)), clip("short")
+    (8193, 'short')
+    """
+    if len(line) <= MAX_MATCHED_CHARS:
+        return line
+    half = MAX_MATCHED_CHARS // 2
+    return f"{line[:half]}\n{line[-half:]}"
+
+
 def match_line(line: str) -> SignatureMatch | None:
     """The first catalogue signature matching ``line``, with extracted fields."""
+    line = clip(line)
     if not could_match(line):
         return None
     for sig in CATALOGUE:

@@ -99,6 +99,8 @@ def nab_cmd(
         nab_module.report(detector, directory)
     except ValueError as exc:
         raise fail(str(exc)) from None
+    except (OSError, KeyError) as exc:
+        raise fail(f"{directory} is not NAB's layout (data/, labels/combined_windows.json): {exc}.") from None
 
 
 @bench_app.command("corpus")
@@ -114,6 +116,9 @@ def corpus_cmd(
         report(part, gap, misses)
     except FileNotFoundError as exc:
         raise fail(str(exc)) from None
+    except (OSError, ValueError, KeyError) as exc:
+        what = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0]
+        raise fail(f"{part} is not JSON Lines of excerpts with source, text, label and layer ({what}).") from None
 
 
 def register(app: typer.Typer) -> None:

@@ -31,7 +31,9 @@ def generate(
     out: Annotated[Path, typer.Option("--out", "-o", help="Replay directory to write (labels.jsonl included).")],
     preset: Annotated[str, typer.Option(help=f"Scenario preset: {', '.join(PRESETS)}.")] = "default",
     seed: Annotated[int, typer.Option(help="Random seed; the same seed gives the same scenario.")] = 0,
-    nodes: Annotated[int | None, typer.Option(min=4, help="Cluster size in nodes (8 GPUs each).")] = None,
+    nodes: Annotated[
+        int | None, typer.Option(min=4, help="Cluster size in nodes (8 GPUs each; the mix: two per job).")
+    ] = None,
     minutes: Annotated[float | None, typer.Option(min=1, help="Event-time length of the scenario.")] = None,
     fmt: Annotated[str, typer.Option("--format", help="jsonl or parquet.")] = "jsonl",
     brokers: BrokersOpt = "",
@@ -44,6 +46,8 @@ def generate(
         raise fail(f"unknown preset {preset!r}; the presets are: {', '.join(PRESETS)}.")
     if fmt not in ("jsonl", "parquet"):
         raise fail(f"--format must be jsonl or parquet, not {fmt!r}.")
+    if preset == "demo" and (nodes is not None or minutes is not None):
+        raise fail("the demo preset is fixed (twelve nodes, 45 minutes); drop --nodes and --minutes.")
     started = time.perf_counter()
     if brokers:
         from trainguard.dataflows.kafka_io import create_topics, produce_records

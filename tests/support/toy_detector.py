@@ -35,3 +35,19 @@ class SilentRank:
 
 def silent_rank(job_id: str, settings: DetectorSettings) -> SilentRank:
     return SilentRank(job_id, settings)
+
+
+class Broken:
+    """A plugin with a bug: it raises on the third event it sees."""
+
+    def __init__(self, job_id: str, settings: DetectorSettings) -> None:
+        self.seen = 0
+
+    def observe(self, event: Event) -> list[Finding]:
+        self.seen += 1
+        if self.seen == 3:
+            raise KeyError("oops")
+        return []
+
+    def advance(self, watermark: float) -> list[Finding]:
+        return []

@@ -80,6 +80,8 @@ def _mistakes(tmp: Path) -> list[list[str]]:
         ["bench", "nab", "--nab", missing],
         ["bench", "nab", "--detector", "nope", "--nab", str(tmp)],
         ["bench", "soak", "--hours", "0"],
+        ["bench", "corpus", str(a_file)],  # not JSON Lines of excerpts
+        ["generate", "--preset", "demo", "--nodes", "40", "--out", str(tmp / "g")],
     ]
 
 

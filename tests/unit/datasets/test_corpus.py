@@ -35,7 +35,8 @@ def test_corpus_parts_hold_their_measured_accuracy(part: str, fault_vs_normal: f
 EXTRA_SETS = [
     ("extra-real-logs.jsonl", 0.95),
     *((f"extra-real-logs-{part}.jsonl", 0.95) for part in ("3b", "4a", "4b", "5a", "5b")),
-    *((f"extra-real-logs-{part}.jsonl", 0.94) for part in ("6a", "6b")),
+    ("extra-real-logs-6a.jsonl", 0.92),  # NCCL's connect retries are evidence only: one excerpt ends on them
+    ("extra-real-logs-6b.jsonl", 0.94),
 ]
 
 

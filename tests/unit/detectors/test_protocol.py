@@ -12,7 +12,7 @@ from trainguard.detectors.crash import CrashDetector
 from trainguard.detectors.events import GpuSample, LogRecord
 from trainguard.detectors.gpu_health import GpuHealth
 from trainguard.detectors.monitor import JobMonitor
-from trainguard.detectors.protocol import Detector, load_factory
+from trainguard.detectors.protocol import Detector, check_plugin
 from trainguard.detectors.settings import DetectorSettings
 
 
@@ -54,6 +54,8 @@ def test_a_monitor_without_plugins_restores_from_a_snapshot_written_before_them(
         ("tests.support.toy_detector", "must be written 'package.module:factory'"),
         ("tests.support.toy_detector:nope", "cannot be loaded"),
         ("no_such_package.mod:Factory", "No module named 'no_such_package'"),
+        ("collections:Counter", "cannot build a detector"),  # importable, but not a detector factory
+        ("os.path:join", "cannot build a detector"),
     ],
 )
 def test_a_plugin_that_cannot_be_loaded_is_one_sentence_at_config_time(tmp_path: Path, spec: str, says: str) -> None:
@@ -64,4 +66,15 @@ def test_a_plugin_that_cannot_be_loaded_is_one_sentence_at_config_time(tmp_path:
     message = str(err.value)
     assert says in message and "detectors.plugins" in message and "\n" not in message
     with pytest.raises(ValueError):
-        load_factory(spec)
+        check_plugin(spec, DetectorSettings())
+
+
+def test_a_plugin_that_raises_is_switched_off_and_the_job_is_still_watched(caplog: pytest.LogCaptureFixture) -> None:
+    settings = DetectorSettings(plugins=["tests.support.toy_detector:Broken"])
+    mon = JobMonitor("9", settings)
+    line = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    for t in range(3):
+        mon.observe(LogRecord(ts=float(t), job_id="9", node="n1", rank=0, line=f"step {t}"))
+    assert mon.plugins == [] and "switched off" in caplog.text
+    (crash,) = mon.observe(LogRecord(ts=5.0, job_id="9", node="n1", rank=0, line=line))
+    assert crash.category == "cuda_illegal_address"

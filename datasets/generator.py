@@ -650,8 +650,8 @@ def build_demo(seed: int = 0) -> ClusterSim:
     degrading idle GPU and a driver reload that zeroes a node's counters.
 
     >>> sim = build_demo()
-    >>> sorted(label["fault"] for label in sim.labels if label["kind"] != "benign")
-    ['degraded_idle_node', 'hang_watchdog', 'thermal_straggler', 'xid79']
+    >>> [(job.job_id, job.fault.name if job.fault else None) for job in sim.jobs]
+    [('1001', None), ('1002', 'xid79'), ('1003', 'hang_watchdog'), ('1004', 'thermal_straggler'), ('1005', None)]
     """
     sim = ClusterSim(seed, 12, 45 * 60, names="gpu-node-{:02d}")
     m, t0, n = 60.0, sim.t0, sim.nodes
@@ -685,8 +685,8 @@ def build_mix(seed: int, jobs: int, minutes: float) -> ClusterSim:
     sending per-rank progress; every fourth hangs, every fourth straggles, all checkpoint once.
 
     >>> sim = build_mix(1, jobs=4, minutes=10)
-    >>> [job.framework for job in sim.jobs], [label["fault"] for label in sim.labels]
-    (['megatron', 'per_rank', 'megatron', 'per_rank'], ['hang_silent', 'thermal_straggler'])
+    >>> [(job.framework, job.fault.name if job.fault else None) for job in sim.jobs]
+    [('megatron', None), ('per_rank', None), ('megatron', 'hang_silent'), ('per_rank', 'thermal_straggler')]
     """
     sim = ClusterSim(seed, 2 * jobs, minutes * 60, names="node-{:04d}")
     t0, d = sim.t0, minutes * 60

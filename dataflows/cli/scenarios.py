@@ -46,8 +46,6 @@ def generate(
         raise fail(f"unknown preset {preset!r}; the presets are: {', '.join(PRESETS)}.")
     if fmt not in ("jsonl", "parquet"):
         raise fail(f"--format must be jsonl or parquet, not {fmt!r}.")
-    if preset == "demo" and (nodes is not None or minutes is not None):
-        raise fail("the demo preset is fixed (twelve nodes, 45 minutes); drop --nodes and --minutes.")
     started = time.perf_counter()
     if brokers:
         from trainguard.dataflows.kafka_io import create_topics, produce_records
@@ -55,7 +53,10 @@ def generate(
 
         settings = settings_from(config)
         settings.kafka.brokers = brokers_list(brokers)
-        sim = generator.build(preset, seed, nodes, minutes)
+        try:
+            sim = generator.build(preset, seed, nodes, minutes)
+        except ValueError as exc:  # options the preset refuses (the demo is fixed)
+            raise fail(str(exc)) from None
         create_topics(settings.kafka)
         enc = msgspec.json.Encoder()
         records = ((parse_ts(r["ts"]), topic, enc.encode(r)) for topic, r in generator.stream(sim))
@@ -63,7 +64,10 @@ def generate(
         generator.write_labels(sim, out)
         where = f"topics on {brokers} (labels in {out})"
     else:
-        counts = generator.write_scenario(preset, seed, out, nodes, minutes, fmt)
+        try:
+            counts = generator.write_scenario(preset, seed, out, nodes, minutes, fmt)
+        except ValueError as exc:
+            raise fail(str(exc)) from None
         where = str(out)
     elapsed = time.perf_counter() - started
     total = sum(counts.values())

@@ -52,6 +52,21 @@ class Signature:
         object.__setattr__(self, "extract_regex", re.compile(self.extract) if self.extract else None)
 
 
+# What launchers and log collectors put in front of a line: ``srun -l``'s rank, ``[rankN]:``,
+# torchrun's ``[defaultN]:``, Open MPI's ``--tag-output``, Ray's actor tag, pdsh's host, the CRI
+# stamp and stream of Kubernetes' container logs, compose's service column, ``kubectl --prefix``,
+# journald's host and unit, Python logging's stamp and level. A pattern that must start the line
+# allows any of them first, so the same failure is read the same way however it was collected.
+ENVELOPE = (
+    r"(?:\s*\d{1,6}: |\[(?:rank|default)\d+\]:\s*|\[\d+,\d+\]<std(?:out|err|diag)>:\s*|"
+    r"\((?:[\w.-]+ )?pid=\d+(?:, ip=[\d.]+)?\)\s+|[a-z][\w.-]*\d: |"
+    r"\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)? std(?:out|err) [FP] |[\w.-]+\s+\| |\[pod/[^\]]+\] |"
+    r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w./@-]+(?:\[\d+\])?: |"
+    r"\[?\d{4}-\d\d-\d\d[ T][\d:.,]+\]?\s*(?:-\s*)?(?:[\w.]+\s*-\s*)?"
+    r"\[?(?:INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\]?\s*[-:]?\s*(?:\[[\w.]+:\d+:\w+\]\s*)?|"
+    r"(?:ERROR|CRITICAL|WARNING|INFO):[\w.]+:)*"
+)
+
 XID = "nvrm_xid"
 EXIT = "elastic_exitcode"
 _NCCL_FIELDS = r"SeqNum=(?P<seqnum>\d+), OpType=(?P<op>\w+)(?:.*?Timeout\(ms\)=(?P<timeout_ms>\d+))?"
@@ -177,7 +192,7 @@ CATALOGUE: tuple[Signature, ...] = (
     ),
     Signature(
         "nvlink_down",
-        r"^\s*(?:D\s+){4,}D\s*$|(?i:nvlink.*links? (?:is |are )?(?:all )?(?:down|inactive))\b",
+        "^" + ENVELOPE + r"\s*(?:D\s+){4,}D\s*$|(?i:nvlink.*links? (?:is |are )?(?:all )?(?:down|inactive))\b",
         "nvlink_down",
         _HW,
         transient=False,
@@ -406,7 +421,7 @@ CATALOGUE: tuple[Signature, ...] = (
     # verbs layer refuses the configuration: the fabric's software, not a part.
     Signature(
         "ib_port_logical_down",
-        r"^\s*State:\s*Down\s*$|\(Down\)\s*$|Port number \d+ state is Down|Couldn't set the link layer|"
+        "^" + ENVELOPE + r"\s*State:\s*Down\s*$|\(Down\)\s*$|Port number \d+ state is Down|Couldn't set the link layer|"
         r"Couldn't get context for the device",
         "ib_link",
         _SYS,
@@ -685,7 +700,7 @@ CATALOGUE: tuple[Signature, ...] = (
         "host_oom_killer",
         r"Out of memory: Killed process|oom-kill|oom_kill|OOM Killed|Out Of Memory\s*$|"
         r"Some of your processes may have been killed by the cgroup out-of-memory handler|"
-        r"(?:^|[\]\s|])(?:Killed|已杀死)\s*$|task \d+: Out Of Memory|Memory cgroup out of memory|"
+        r"(?:^|[\]\s|:>])(?:Killed|已杀死)\s*$|task \d+: Out Of Memory|Memory cgroup out of memory|"
         r"[Ee]xceeded (?:job |step )?"
         r"memory limit|is killed by signal: Killed|invoked oom-killer|exit (?:code|status) 137\b|OOMKilled|"
         r"The node was low on resource: memory|killed due to memory pressure|\b\d+ Killed\s{2,}\S",
@@ -844,7 +859,7 @@ CATALOGUE: tuple[Signature, ...] = (
     # training script's own (the history step calls it persistent on a repeat).
     Signature(
         "python_exception",
-        r"^(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?(?P<exception>[A-Z]\w*(?:Error|Exception)): ",
+        "^" + ENVELOPE + r"(?:[\w.]+\.)?(?P<exception>[A-Z]\w*(?:Error|Exception)): ",
         "python_exception",
         _APP,
         weak=True,
@@ -854,14 +869,14 @@ CATALOGUE: tuple[Signature, ...] = (
 # Lines that look fatal but that no signature explains: kept, and reported as
 # ``crash/unclassified`` when the job then stops or ends (never dropped silently).
 FATAL_LOOKING = re.compile(
-    r"^(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Interrupt)\b(?::|$)|"
+    "^" + ENVELOPE + r"(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Interrupt)\b(?::|$)|"
     r"terminate called after throwing|Assertion .* failed|\bFATAL\b|\bFatal error\b|Segmentation fault|"
     r"core dumped|exit(?:ed with)? (?:code|status)\s*[:=]?\s*[1-9]|\bpanic\b|Traceback \(most recent call last\)|"
     r"\bF\d{4} \d\d:\d\d:\d\d|"
     # The words runtimes, launchers and RPC layers use when a process or a peer is gone (measured on six
     # sets of real excerpts at first contact: 7 more failures kept, no healthy or noise excerpt flagged;
     # "ERROR … failed" was left out: monitoring agents print it about themselves).
-    r"DEADLINE_EXCEEDED|\bUNAVAILABLE: |(?:^|\s)(?:Killed|Aborted)\s*$|"
+    r"DEADLINE_EXCEEDED|\bUNAVAILABLE: |(?:^|[\s:>\]|])(?:Killed|Aborted)\s*$|"
     r"\bhas (?:failed|died|crashed|been killed)\b(?! to )|\bunexpectedly (?:disconnected|exited|terminated|died)\b|"
     r"\bwill (?:now )?(?:abort|terminate)\b|\bFAILED\b"
 )

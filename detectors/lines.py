@@ -1,15 +1,17 @@
 """What one log line of a job says, read once: progress, a phase boundary, a rhythm, an NVRx score, a fault.
 
 A job monitor turns this reading into calls on its detectors; reading and reacting are
-kept apart so each can be tested alone, and so the order in which a line is tried
-(progress first: the common case; the signature catalogue last: the costly one) is
-decided in one place.
+kept apart so each can be tested alone, and so the order in which a line is tried is
+decided in one place: progress first (the common case), then the signature catalogue,
+and phases and rhythms last, because a failure may name a phase or an interval.
 
 >>> read_line("iteration      120/  100000 | elapsed time per iteration (ms): 812.5 | lm loss: 2.1E+00 |")
 Progress(parsed=ParsedProgress(step=120, step_time_s=0.8125, tokens_per_s=None, samples_per_s=None), match=None)
 >>> read_line("[default0]: saving checkpoint at iteration 400")
 PhaseMarker(starts=True)
 >>> type(read_line("RuntimeError: CUDA error: an illegal memory access was encountered")).__name__
+'Matched'
+>>> type(read_line("./train.sh: line 9: 2324 Aborted  (core dumped) python train.py --save_interval 500")).__name__
 'Matched'
 >>> read_line("hello")
 Unmatched()
@@ -22,7 +24,7 @@ from typing import NamedTuple
 from trainguard.detectors.hang import parse_rhythm
 from trainguard.detectors.phases import phase_marker
 from trainguard.detectors.progress_parsers import ParsedProgress, RankScore, parse_nvrx_score, parse_progress
-from trainguard.detectors.signatures import SignatureMatch, match_line
+from trainguard.detectors.signatures import SignatureMatch, looks_fatal, match_line
 
 _RHYTHM_HINTS = ("_interval", "_steps", "every", "val_check")
 
@@ -82,6 +84,13 @@ def read_line(line: str) -> LineReading:
         return NvrxScore(score)
     if "performance:" in line and "NVRx" in line:
         return NvrxSection("individual" if "individual" in line else "relative")
+    match = match_line(line)
+    if match is not None:
+        return Matched(match)
+    # A failure that names a phase or an interval ("Aborted (core dumped) ... --save_interval 500",
+    # "RuntimeError while saving checkpoint") is a failure, not a phase boundary.
+    if looks_fatal(line):
+        return Unmatched()
     marker = phase_marker(line)
     if marker is not None:
         return PhaseMarker(marker[1])
@@ -89,5 +98,4 @@ def read_line(line: str) -> LineReading:
         rhythm = parse_rhythm(line)
         if rhythm is not None:
             return Rhythm(*rhythm)
-    match = match_line(line)
-    return Unmatched() if match is None else Matched(match)
+    return Unmatched()

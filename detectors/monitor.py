@@ -23,6 +23,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from trainguard.detectors import job_states
 from trainguard.detectors.crash import CrashDetector
 from trainguard.detectors.events import Anomaly, Event, GpuSample, JobEvent, LogRecord, NodeEvent, ProgressRecord
@@ -39,6 +41,7 @@ from trainguard.detectors.localise import localise_hang, localise_straggler
 from trainguard.detectors.protocol import Detector, load_factory
 from trainguard.detectors.rank_scores import RankScorer
 from trainguard.detectors.settings import DetectorSettings
+from trainguard.detectors.signatures import SignatureMatch, match_line, strip_envelope
 from trainguard.detectors.straggler import StragglerDetector
 from trainguard.detectors.templates import ErrorTemplates, TemplateHit
 
@@ -49,6 +52,9 @@ RUNNING_STATES = job_states.RUNNING
 WAITING_STATES = job_states.WAITING
 FAILED_STATES = job_states.FAILED
 _log = logging.getLogger(__name__)
+# A wrapped line: terminals wrap at 80 columns or more, and both halves arrive together.
+WRAP_MIN_CHARS = 64
+WRAP_MAX_GAP_S = 1.0
 LOST_GPU_CHECK_S = 30.0  # GPUs report every ~10 s; looking for silent ones more often finds nothing new
 
 
@@ -82,6 +88,7 @@ class JobMonitor:
         self._phase_since_step = False
         self._nvrx_section = "relative"
         self._nic_warnings: dict[str, float] = {}  # node -> last NIC link degradation line
+        self._wrap_tail: LogRecord | None = None  # the last long unmatched line (its message may go on)
         self.ended_at: float | None = None
         self._next_lost_check = float("-inf")
         self._next_rank_eval = float("-inf")
@@ -102,6 +109,7 @@ class JobMonitor:
         state.setdefault("templates", ErrorTemplates())
         state.setdefault("_fatal_templates", {})
         state.setdefault("plugins", [])
+        state.setdefault("_wrap_tail", None)
         self.__dict__.update(state)
 
     # -- events -------------------------------------------------------------------
@@ -156,11 +164,31 @@ class JobMonitor:
                 if fault.signature.category == "nic_degraded":
                     self._nic_warnings[rec.node] = ts  # evidence for localising a slowdown, not an anomaly itself
                 return self._emit(self.crash.observe_match(rec, fault))
+        wrapped = self._rejoin(rec)
+        if wrapped is not None:
+            joined, fault = wrapped
+            return self._emit(self.crash.observe_match(joined, fault))
         fatal = self.crash.observe_unmatched(rec)
         hit = self.templates.observe(rec.line)
         if hit is not None and fatal and len(self._fatal_templates) < 8:
             self._fatal_templates.setdefault(hit.template_id, hit)
         return []
+
+    def _rejoin(self, rec: LogRecord) -> tuple[LogRecord, SignatureMatch] | None:
+        """A message a terminal wrapped onto two lines ("... Resource exhausted: Out " / "of memory while
+        trying to allocate"), read whole: the line before, if long, unmatched and just before on the same
+        rank, joined with this one when this one reads as its continuation."""
+        tail, self._wrap_tail = self._wrap_tail, None
+        if len(rec.line) >= WRAP_MIN_CHARS:
+            self._wrap_tail = rec
+        if tail is None or tail.rank != rec.rank or rec.ts - tail.ts > WRAP_MAX_GAP_S:  # type: ignore[operator]
+            return None
+        rest = strip_envelope(rec.line)  # a launcher prefixes each line it relays, continuations too
+        if not rest or not (tail.line.endswith(" ") or rest[0].islower()):
+            return None
+        joined = msgspec.structs.replace(rec, line=tail.line + rest)
+        fault = match_line(joined.line)
+        return None if fault is None else (joined, fault)
 
     def _progress(
         self, ts: float, step: int | None, rank: int | None, node: str, step_time: float | None, per_rank: float | None

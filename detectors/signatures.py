@@ -29,6 +29,7 @@ import ahocorasick_rs
 
 from trainguard.detectors.catalogue import (
     CATALOGUE,
+    ENVELOPE,
     EXIT,
     FAMILIES,
     FATAL_LOOKING,
@@ -118,6 +119,18 @@ def clip(line: str) -> str:
         return line
     half = MAX_MATCHED_CHARS // 2
     return f"{line[:half]}\n{line[-half:]}"
+
+
+_ENVELOPE = re.compile("^" + ENVELOPE)
+
+
+def strip_envelope(line: str) -> str:
+    """``line`` without what launchers and collectors put in front of it (rank, host, stamp, level).
+
+    >>> strip_envelope("(RayTrainWorker pid=4821) [rank3]: of memory while trying to allocate")
+    'of memory while trying to allocate'
+    """
+    return line[_ENVELOPE.match(line).end() :]  # type: ignore[union-attr]  # the envelope may be empty
 
 
 def match_line(line: str) -> SignatureMatch | None:

@@ -797,7 +797,7 @@ CATALOGUE: tuple[Signature, ...] = (
         # The loss's own value: the gap may not run into the next metric (``grad_norm 1.03 (nan)`` is an
         # AMP running average that a skipped step made NaN, not the loss).
         r"(?i:\bloss(?:(?!grad|norm\b)[^|]){0,40}?\b(?:nan|inf)\b|"
-        r"grad[ _]norm\W{0,3}(?:nan|inf)\b|loss\W{1,3}(?:nan|inf)\b)|"
+        r"grad[ _]norm\W{0,3}(?:nan|inf)\b|loss(?:\W{1,3}|[:=]?\s{1,12})(?:nan|inf)\b)|"
         r"Model diverged with loss = NaN|NanLossDuringTrainingError|(?i:loss is (?:nan|inf))|"
         r"Loss became infinite or NaN|(?i:non-finite (?:loss|grad))|is non-finite|Inf/NaN|NaN/Inf|"
         r"found NaN in|(?i:\b(?:outputs?|logits|predictions?) (?:is|are|became) nan\b)|"

@@ -17,6 +17,7 @@ so one bad producer cannot stop the flow.
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -155,6 +156,20 @@ _DECODERS: dict[str, msgspec.json.Decoder] = {
 }
 
 
+# Terminal escape sequences (colours, cursor moves, window titles) that coloured loggers print:
+# what a line says is its text, so they never split a word a signature looks for.
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+
+def strip_ansi(line: str) -> str:
+    """``line`` without terminal escape sequences.
+
+    >>> strip_ansi("\x1b[1;31mRuntimeError\x1b[0m: CUDA error")
+    'RuntimeError: CUDA error'
+    """
+    return _ANSI.sub("", line)
+
+
 def parse_ts(value: float | str) -> float:
     """Return epoch seconds for an RFC 3339 string or a number.
 
@@ -204,6 +219,8 @@ def decode(topic: str, payload: bytes | str | None, partition: int = 0, offset: 
             if not MIN_TS <= ts <= MAX_TS:
                 reason = f"`ts` {ts!r} is outside 2000..2100; is it in milliseconds?"
             else:
+                if type(event) is LogRecord and "\x1b" in event.line:
+                    event.line = strip_ansi(event.line)
                 job_id = getattr(event, "job_id", None)
                 if job_id is not None and type(job_id) is not str:
                     event.job_id = str(job_id)

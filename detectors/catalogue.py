@@ -457,7 +457,7 @@ CATALOGUE: tuple[Signature, ...] = (
         "nccl_invalid_usage",
         r"ncclInvalidUsage|invalid usage of NCCL|Duplicate GPU detected|ncclInvalidArgument",
         "nccl_error",
-        _APP,
+        _SYS,
         transient=False,
     ),
     Signature(
@@ -509,7 +509,7 @@ CATALOGUE: tuple[Signature, ...] = (
     ),
     Signature(
         "nccl_error",
-        r"NCCL error|ncclSystemError|ncclRemoteError|ncclInternalError|"
+        r"N(?:CCL|ccl) error|ncclSystemError|ncclRemoteError|ncclInternalError|unhandled cuda error|"
         r"unhandled system error|remote process exited|NCCL WARN Net : .*failed|nccl\w+ failed: unhandled cuda error|"
         r"NCCL WARN .*Failed to execute operation|NCCL WARN .*(?:Error|error|failed)\b",
         "nccl_error",
@@ -698,7 +698,7 @@ CATALOGUE: tuple[Signature, ...] = (
     ),
     Signature(
         "host_oom_killer",
-        r"Out of memory: Killed process|oom-kill|oom_kill|OOM Killed|Out Of Memory\s*$|"
+        r"Out of memory: Kill(?:ed)? process|oom-kill|oom_kill|OOM Killed|Out Of Memory\s*$|"
         r"Some of your processes may have been killed by the cgroup out-of-memory handler|"
         r"(?:^|[\]\s|:>])(?:Killed|已杀死)\s*$|task \d+: Out Of Memory|Memory cgroup out of memory|"
         r"[Ee]xceeded (?:job |step )?"
@@ -713,7 +713,8 @@ CATALOGUE: tuple[Signature, ...] = (
         "shm_bus_error",
         r"Unexpected bus error encountered in worker|insufficient shared memory \(shm\)|: Bus error\b|"
         r"Caught signal 7 \(Bus error|"
-        r"DataLoader worker \(pid.*\) is killed by signal: Bus error",
+        r"DataLoader worker \(pid.*\) is killed by signal: Bus error|"
+        r"DataLoader worker \(pid\(s\) [\d, ]+\) exited unexpectedly",
         "process_crash",
         _SYS,
         transient=False,
@@ -800,7 +801,8 @@ CATALOGUE: tuple[Signature, ...] = (
         r"grad[ _]norm\W{0,3}(?:nan|inf)\b|loss(?:\W{1,3}|[:=]?\s{1,12})(?:nan|inf)\b)|"
         r"Model diverged with loss = NaN|NanLossDuringTrainingError|(?i:loss is (?:nan|inf))|"
         r"Loss became infinite or NaN|(?i:non-finite (?:loss|grad))|is non-finite|Inf/NaN|NaN/Inf|"
-        r"found NaN in|(?i:\b(?:outputs?|logits|predictions?) (?:is|are|became) nan\b)|"
+        r"found NaN in|returned nan values in its \d+\w\w output|"
+        r"(?i:\b(?:outputs?|logits|predictions?) (?:is|are|became) nan\b)|"
         r"[Ll]oss scale already at minimum|Minimum loss scale reached|Training has diverged|"
         r"(?i:detected (?:nan|inf)\b)|(?i:nan or inf found)",
         "nan_loss",

@@ -1,8 +1,9 @@
 """The same failure is read the same way however it was collected.
 
 Launchers and log collectors put their own envelope in front of every line (a rank, a host,
-a container stamp, a logging level, terminal colours, a progress bar's last redraw). Every real excerpt we hold, wrapped in each envelope,
-must give the first anomaly it gives bare: same kind, category and layer, or nothing.
+a container stamp, a logging level, terminal colours, a progress bar's last redraw). Every
+real excerpt we hold, wrapped in each envelope, must give the first anomaly it gives bare:
+same kind, category and layer, or nothing.
 """
 
 from __future__ import annotations

@@ -137,7 +137,8 @@ CASES = [
         "nccl_error",
         "system",
     ),
-    ("ncclInvalidUsage: This usually reflects invalid usage of NCCL library.", "nccl_error", "application"),
+    # Every thread we hold blames the launch or the library build (ranks pinned to one GPU, a mismatched NCCL).
+    ("ncclInvalidUsage: This usually reflects invalid usage of NCCL library.", "nccl_error", "system"),
     (
         "RuntimeError: ProcessGroupWrapper: Monitored Barrier encountered error running collective",
         "collective_mismatch",
@@ -376,6 +377,17 @@ CASES = [
         "oom",
         "application",
     ),
+    # Set 7b: the kernel's older OOM-killer wording, autograd's anomaly mode, Paddle's NCCL wording, a
+    # DataLoader worker that died (shared memory, by the threads' diagnoses).
+    ("[3017506.733819] Out of memory: Kill process 31862 (python) score 974 or sacrifice child", "host_oom", "system"),
+    ("RuntimeError: Function 'SolveBackward' returned nan values in its 0th output.", "nan_loss", "application"),
+    (
+        "OSError: (External)  Nccl error, unhandled cuda error  "
+        "(at /paddle/paddle/fluid/platform/collective_helper.cc:100)",
+        "nccl_error",
+        "system",
+    ),
+    ("RuntimeError: DataLoader worker (pid(s) 31) exited unexpectedly", "process_crash", "system"),
 ]
 
 

@@ -23,6 +23,11 @@ immediate resolution                   verdict
 ``WORKFLOW_XID_45``                    clean-up after another error: a cascade that waits
                                        for the Xid that caused it
 ``UPDATE_SWFW`` / ``CHECK_UVM``        system software (firmware / the UVM driver)
+(any, for the GPU's firmware)          system when the error is the driver's or its
+                                       micro-controllers' own (micro-controller halt,
+                                       context-switch timeout, GSP, "driver firmware
+                                       error"): the node is still drained when NVIDIA
+                                       says reset, but the part is usually sound
 ``IGNORE`` / ``XID_154``               evidence only: never an action on its own
 =====================================  =================================================
 
@@ -31,6 +36,8 @@ immediate resolution                   verdict
 ('ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS', 'hardware', False, 'RESTART_BM', True)
 >>> xid_info(13).layer, xid_info(119).layer, xid_info(94).transient, xid_info(63).evidence_only
 ('application', 'system', True, True)
+>>> xid_info(62).layer, xid_info(62).drains  # PMU halt: firmware, still a reset
+('system', True)
 >>> xid_info(9999).remedy  # a code newer than the catalogue: treated as CONTACT_SUPPORT
 'CONTACT_SUPPORT'
 """
@@ -38,6 +45,7 @@ immediate resolution                   verdict
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -61,6 +69,10 @@ NODE_REMEDIES = frozenset(
 EVIDENCE_ONLY = frozenset({"IGNORE", "XID_154"})
 _APPLICATION_CHECKS = frozenset({"CHECK_APP/CUDA", "WORKFLOW_XID_13", "WORKFLOW_XID_31"})
 _SOFTWARE_CHECKS = frozenset({"INVESTIGATE_SW", "INVESTIGATE_SW_USER", "UPDATE_SWFW"})
+# The GPU's firmware and the driver's micro-controllers failing (PMU/SEC2 halt, FECS "driver firmware
+# error", context-switch timeouts, GSP): every thread we hold with such an Xid (62, 109, 119) was
+# diagnosed as the driver stack, and the corpus labels them so; the reset NVIDIA asks for still drains.
+_FIRMWARE = re.compile(r"micro-controller|[Ff]irmware|by driver|Context Switch Timeout|GSP")
 # Codes whose row carries no resolution (the newest drivers' codes), resolved by their description.
 _UNRESOLVED: dict[int, str] = {
     162: "IGNORE",  # power smoothing capability re-engaged
@@ -138,6 +150,8 @@ def catalog() -> dict[int, XidInfo]:
             immediate = row["immediate_resolution"].strip() or _UNRESOLVED.get(code, "CONTACT_SUPPORT")
             investigatory = row["investigatory_resolution"].strip()
             layer, transient, cascade = _verdict(immediate, investigatory)
+            if layer == "hardware" and _FIRMWARE.search(row["description"]):
+                layer = "system"
             out[code] = XidInfo(
                 code, row["mnemonic"], row["description"], immediate, investigatory, layer, transient, cascade
             )

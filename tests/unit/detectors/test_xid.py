@@ -52,6 +52,8 @@ def test_every_code_resolves_to_a_layer_and_an_action() -> None:
         (79, "RESTART_BM", "hardware", ["drain_node", "requeue_job"]),  # fallen off the bus
         (64, "RESET_GPU", "hardware", ["drain_node", "requeue_job"]),  # row remap failure
         (119, "RESET_GPU", "system", ["drain_node", "requeue_job"]),  # GSP timeout: software, still a reset
+        (62, "RESET_GPU", "system", ["drain_node", "requeue_job"]),  # micro-controller halt: firmware
+        (109, "RESET_GPU", "system", ["drain_node", "requeue_job"]),  # context-switch timeout: the driver's
         (61, "CONTACT_SUPPORT", "hardware", ["drain_node", "requeue_job"]),
         (54, "CHECK_MECHANICALS", "hardware", ["drain_node", "requeue_job"]),  # auxiliary power
         (48, "WORKFLOW_XID_48", "hardware", ["drain_node", "requeue_job"]),  # double-bit ECC

@@ -116,6 +116,18 @@ CATALOGUE: tuple[Signature, ...] = (
         transient=False,
         remedy="CONTACT_SUPPORT",
     ),
+    # DCGM's health watches name the subsystem (thermal, power, memory, PCIe, NVLink) that tripped.
+    Signature(
+        "dcgm_health_warning",
+        r"Detected a (?:WARNING|FAILURE|ERROR) in health system \w+|DCGM_HEALTH_RESULT_(?:WARN|FAIL)",
+        "gpu_health",
+        _HW,
+        kind="gpu_degraded",
+        severity="warning",
+        storm=1,
+        notice=True,
+        anchors=("health system", "DCGM_HEALTH_RESULT"),
+    ),
     Signature(
         "gpu_lost",
         r"GPU is lost|fallen off the bus|NV_ERR_GPU_IS_LOST|GPU lost from the bus|"
@@ -123,13 +135,15 @@ CATALOGUE: tuple[Signature, ...] = (
         r"\b[0-9a-f]{2}:[0-9a-f]{2}\.0 (?:VGA compatible|3D) controller: NVIDIA Corporation.*\(rev ff\)|"
         r"nvidia \S+: AER: can't recover|NVRM: GPU [0-9a-fA-F:.]+: GPU has fallen off|"
         r"device (?:is |was )?marked unhealthy|[Mm]arking (?:it|device \S+) unhealthy|GPU requires reset|"
-        r"NVML_ERROR_GPU_IS_LOST|GPU has fallen off|Unable to determine the device handle for GPU\d+",
+        r"NVML_ERROR_GPU_IS_LOST|GPU has fallen off|Unable to determine the device handle for GPU\d+|"
+        # nvidia-smi prints ERR! in the fields a faulted GPU cannot report.
+        r"^\|\s*ERR!\s|\|\s+ERR!\s+\||\bERR!\s+\d+W\s*/",
         "gpu_lost",
         _HW,
         transient=False,
         extract=PCI,
         remedy="RESTART_BM",
-        anchors=("lost", "LOST", "fallen", "device handle", "rev ff", "AER", "unhealthy", "requires reset"),
+        anchors=("lost", "LOST", "fallen", "device handle", "rev ff", "AER", "unhealthy", "requires reset", "ERR!"),
     ),
     # DCGM's diagnostics table: a test failed on a GPU.
     Signature(
@@ -228,13 +242,29 @@ CATALOGUE: tuple[Signature, ...] = (
         transient=False,
         anchors=("ECC", "remap", "retired", "ROW_REMAP", "single", "Single"),
     ),
+    # Host memory: an uncorrected error takes the node out; a corrected one (EDAC "CE", the machine-check
+    # decoder's "Corrected error, no action required") is a degrading DIMM to tell operators about.
     Signature(
         "host_ecc",
-        r"EDAC MC\d+: \d+ (?:CE|UE) ",
+        r"EDAC (?:\w+ )?MC\d+: (?:\d+ )?UE |\[Hardware Error\]: .*Uncorrected error|"
+        r"DRAM ECC error.*[Uu]ncorrect",
         "host_memory_ecc",
         _HW,
         kind="gpu_degraded",
         transient=False,
+        anchors=("EDAC", "Hardware Error", "DRAM ECC"),
+    ),
+    Signature(
+        "host_ecc_corrected",
+        r"EDAC (?:\w+ )?MC\d+: (?:\d+ )?CE |DRAM ECC error detected|\[Hardware Error\]: .*Corrected error|"
+        r"Machine check events logged",
+        "host_memory_ecc",
+        _HW,
+        kind="gpu_degraded",
+        severity="warning",
+        storm=1,
+        notice=True,
+        anchors=("EDAC", "Hardware Error", "DRAM ECC", "Machine check"),
     ),
     # --- CUDA ------------------------------------------------------------------------------------------------
     # Host memory, in words that the GPU-memory signatures below would otherwise claim (Ray's
@@ -378,14 +408,22 @@ CATALOGUE: tuple[Signature, ...] = (
         anchors=("UCX", "UCP"),
     ),
     Signature(
-        "ucx_transport_error",
-        r"UCX\s+ERROR .*(?:Endpoint timeout|Connection reset by remote peer|Input/output error|[Tt]ransport error)|"
-        r"NETDEV WATCHDOG: \S+ \(mlx\d_core\): transmit queue \d+ timed out|\bib\d+: carrier lost|"
-        r"RNR retry count exceeded|Remote operation error",
+        "nic_link_lost",
+        r"NETDEV WATCHDOG: \S+ \(mlx\d_core\): transmit queue \d+ timed out|\bib\d+: carrier lost",
         "ib_link",
         _HW,
         transient=True,
-        anchors=("UCX", "NETDEV", "carrier", "RNR", "Remote operation"),
+        anchors=("NETDEV", "carrier"),
+    ),
+    # UCX's own errors (endpoint timeouts, remote operation errors, receiver-not-ready retries, a QP it
+    # cannot create): every thread we hold diagnosed the fabric's software or its configuration.
+    Signature(
+        "ucx_transport_error",
+        r"UCX\s+ERROR\b|RNR retry count exceeded|Remote operation error|Failed to resolve UCX endpoint",
+        "ib_link",
+        _SYS,
+        transient=True,
+        anchors=("UCX", "RNR", "Remote operation"),
     ),
     # The port went down (a flap): transient unless it repeats on the node (see detectors.history).
     Signature("ib_port_error", r"Got async event : port error|IBV_EVENT_PORT_ERR", "ib_link", _HW, transient=True),
@@ -467,6 +505,7 @@ CATALOGUE: tuple[Signature, ...] = (
         r"failure detected by watchdog at work sequence id|Timeout at NCCL work|"
         r"watchdog got stuck for \d+ seconds|Heartbeat monitor timed out|detected no heartbeat of its watchdog|"
         r"Timed out initializing process group in store based barrier|got error: Socket Timeout|"
+        r"DEADLINE_EXCEEDED: Barrier timed out|cluster registration failed|"
         r"timed out in blocking wait|NCCL_BLOCKING_WAIT.*timed out|Operation timed out!?\s*$|"
         # Gloo's collectives (CPU groups, barriers) time out in their own words.
         r"gloo.*Timed out waiting \d+ms for (?:recv|send) operation|"
@@ -536,10 +575,24 @@ CATALOGUE: tuple[Signature, ...] = (
     ),
     # Collective stall warnings (Horovod's stall inspector, XLA's rendezvous): a warning once, a stall
     # when they keep coming (they also show up in runs that then finish fine).
+    # Horovod's stall inspector: collectives waiting a minute or more for named ranks. One warning alone
+    # also comes in runs that then finish fine; the warning with the stalled ops it lists (each naming its
+    # missing ranks) is worth telling operators (the hang detector decides whether the job is stuck).
+    Signature(
+        "horovod_stall",
+        r"waiting for remainder of ranks for more than \d+ seconds|\[missing ranks: [\d, ]+\]",
+        "collective_stall",
+        _SYS,
+        kind="straggler",
+        severity="warning",
+        storm=3,
+        storm_window_s=900.0,
+        notice=True,
+        anchors=("remainder of ranks", "missing ranks"),
+    ),
     Signature(
         "collective_stall_warning",
-        r"waiting for remainder of ranks for more than \d+ seconds|not all of them arrived on time|"
-        r"has been waiting for .* and may be stuck",
+        r"not all of them arrived on time|has been waiting for .* and may be stuck",
         "nccl_timeout",
         _SYS,
         severity="warning",
@@ -886,6 +939,8 @@ FATAL_LOOKING = re.compile(
 # Coarse families, as operators (and the excerpt benchmarks) group failures.
 FAMILIES: dict[str, str] = {
     "nccl_timeout": "nccl_timeout",
+    "collective_stall": "nccl_timeout",
+    "gpu_health": "gpu_xid_hardware",
     "nccl_error": "nccl_error",
     "ib_link": "ib_link_error",
     "nic_degraded": "ib_link_error",
@@ -957,6 +1012,7 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "CrashLoopBackOff",
     "CuDNN",
     "Cuda",
+    "DCGM_HEALTH",
     "DUE TO",
     "DistNetwork",
     "DistStoreError",
@@ -965,6 +1021,7 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "EADDRINUSE",
     "ECC",
     "EDAC",
+    "ERR!",
     "EXIT CODE",
     "Error in `",
     "Error: ",
@@ -985,6 +1042,7 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "GPU_IS_LOST",
     "GetKeyValue",
     "HIP",
+    "Hardware Error",
     "Heartbeat",
     "IBV_",
     "Illegal instruction",
@@ -996,6 +1054,7 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "Link",
     "Lustre",
     "MPI_",
+    "Machine check",
     "Memory cgroup",
     "MemoryError",
     "Monitored Barrier",
@@ -1089,6 +1148,8 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "fallen off",
     "free(): invalid",
     "gloo",
+    "health system",
+    "missing ranks",
     "hild process",
     "ibv_",
     "illegal",

@@ -388,7 +388,40 @@ CASES = [
         "system",
     ),
     ("RuntimeError: DataLoader worker (pid(s) 31) exited unexpectedly", "process_crash", "system"),
+    # Set 7a: host memory as the machine-check decoder prints it, DCGM's health watches, nvidia-smi's ERR!,
+    # UCX's own errors (the fabric's software), JAX's coordination barrier.
+    (" kernel:[Hardware Error]: MC4 Error (node 3): DRAM ECC error detected on the NB.", "host_memory_ecc", "hardware"),
+    ("kernel: EDAC amd64 MC1: CE ERROR_ADDRESS= 0xf075b2410", "host_memory_ecc", "hardware"),
+    (
+        "ERROR [1514002:1514004] [[Health]] Detected a WARNING in health system Thermal: 'Detected clocks event",
+        "gpu_health",
+        "hardware",
+    ),
+    (
+        "|ERR!   68C    P2             99W /  130W |       1MiB /  20475MiB |     93%      Default |",
+        "gpu_lost",
+        "hardware",
+    ),
+    (
+        "[cn1364:318457:0]      ib_mlx5_dv.c:430  UCX  ERROR   mlx5dv_devx_obj_create(QP) failed on mlx5_0, "
+        "syndrome 0x2c4154: Remote I/O error",
+        "ib_link",
+        "system",
+    ),
+    ("[c512-027:613829:0:613829] ib_mlx5_log.c:179  Remote operation error on mlx5_0:1/IB", "ib_link", "system"),
+    (
+        "jaxlib.xla_extension.XlaRuntimeError: DEADLINE_EXCEEDED: Barrier timed out. Barrier_id: PjRT_Client_Connect.",
+        "nccl_timeout",
+        "system",
+    ),
 ]
+
+
+def test_a_corrected_host_memory_error_is_told_and_an_uncorrected_one_takes_the_node_out() -> None:
+    corrected = match_line("kernel: [Hardware Error]: Error Status: Corrected error, no action required.")
+    uncorrected = match_line("EDAC MC0: 1 UE multi-symbol chipkill ECC on P0_Node0_Channel5_Dimm0")
+    assert corrected is not None and (corrected.signature.notice, corrected.signature.severity) == (True, "warning")
+    assert uncorrected is not None and not uncorrected.signature.notice
 
 
 @pytest.mark.parametrize(("line", "category", "layer"), CASES, ids=[c[1] + ":" + c[0][:40] for c in CASES])
@@ -479,3 +512,29 @@ def test_a_fault_at_the_end_of_a_very_long_line_is_still_found() -> None:
     found = match_line(bar + "RuntimeError: CUDA error: an illegal memory access was encountered")
     assert found is not None and found.signature.category == "cuda_illegal_address"
     assert match_line("LAUNCH ERROR " * 20_000) is None  # long repeated prefixes: clipped, no pathological scan
+
+
+HOROVOD_STALL = (
+    "[1,0]<stderr>:[2019-04-13 13:56:31.861697: W horovod/common/operations.cc:588] One or more tensors were "
+    "submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for remainder of ranks "
+    "for more than 60 seconds."
+)
+
+
+@pytest.mark.parametrize(
+    ("stalled_ops", "expected"),
+    [(0, []), (2, [("straggler", "collective_stall", "warning")])],
+    ids=["a lone warning (also seen in runs that finish)", "with the stalled ops it names"],
+)
+def test_horovods_stall_report_is_a_notice_when_it_names_its_stalled_ops(stalled_ops: int, expected: list) -> None:
+    from trainguard.detectors.events import LogRecord
+    from trainguard.detectors.monitor import JobMonitor
+
+    mon = JobMonitor("7")
+    lines = [HOROVOD_STALL] + [
+        f"[1,0]<stderr>:HorovodBroadcast_dense_{i}_bias_0 [missing ranks: 1]" for i in range(stalled_ops)
+    ]
+    found = [
+        a for i, line in enumerate(lines) for a in mon.observe(LogRecord(ts=10.0 + i, job_id="7", node="n1", line=line))
+    ]
+    assert [(a.kind, a.category, a.severity) for a in found] == expected

@@ -137,7 +137,7 @@ CATALOGUE: tuple[Signature, ...] = (
         r"device (?:is |was )?marked unhealthy|[Mm]arking (?:it|device \S+) unhealthy|GPU requires reset|"
         r"NVML_ERROR_GPU_IS_LOST|GPU has fallen off|Unable to determine the device handle for GPU\d+|"
         # nvidia-smi prints ERR! in the fields a faulted GPU cannot report.
-        r"^\|\s*ERR!\s|\|\s+ERR!\s+\||\bERR!\s+\d+W\s*/",
+        r"\|\s*ERR!\s|\bERR!\s+\d+W\s*/",
         "gpu_lost",
         _HW,
         transient=False,

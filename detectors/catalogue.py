@@ -55,16 +55,20 @@ class Signature:
 # What launchers and log collectors put in front of a line: ``srun -l``'s rank, ``[rankN]:``,
 # torchrun's ``[defaultN]:``, Open MPI's ``--tag-output``, Ray's actor tag, pdsh's host, the CRI
 # stamp and stream of Kubernetes' container logs, compose's service column, ``kubectl --prefix``,
-# journald's host and unit, Python logging's stamp and level. A pattern that must start the line
-# allows any of them first, so the same failure is read the same way however it was collected.
+# journald's host and unit, Python logging's stamp and level (ERROR and above). A pattern that must
+# start the line allows any of them first, so the same failure is read the same way however it was
+# collected.
 ENVELOPE = (
-    r"(?:\s*\d{1,6}: |\[(?:rank|default)\d+\]:\s*|\[\d+,\d+\]<std(?:out|err|diag)>:\s*|"
-    r"\((?:[\w.-]+ )?pid=\d+(?:, ip=[\d.]+)?\)\s+|[a-z][\w.-]*\d: |"
-    r"\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)? std(?:out|err) [FP] |[\w.-]+\s+\| |\[pod/[^\]]+\] |"
-    r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w./@-]+(?:\[\d+\])?: |"
-    r"\[?\d{4}-\d\d-\d\d[ T][\d:.,]+\]?\s*(?:-\s*)?(?:[\w.]+\s*-\s*)?"
-    r"\[?(?:INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\]?\s*[-:]?\s*(?:\[[\w.]+:\d+:\w+\]\s*)?|"
-    r"(?:ERROR|CRITICAL|WARNING|INFO):[\w.]+:)*"
+    # Atomic alternatives and bounded runs: what an envelope matched is never re-split, so a line of
+    # repeated prefixes or long runs of spaces costs linear time (a plain group backtracked exponentially).
+    # Logging levels: only ERROR and above (a WARNING that quotes an exception is not a crash).
+    r"(?>\s*\d{1,6}: |\[(?:rank|default)\d{1,6}\]:\s*|\[\d{1,6},\d{1,6}\]<std(?:out|err|diag)>:\s*|"
+    r"\((?:[\w.-]{1,64} )?pid=\d{1,10}(?:, ip=[\d.]{1,40})?\)\s+|[a-z][\w.-]{0,62}\d: |"
+    r"\d{4}-\d\d-\d\dT[\d:.]{1,24}(?:Z|[+-]\d\d:?\d\d)? std(?:out|err) [FP] |[\w.-]{1,64}\s+\| |"
+    r"\[pod/[^\]]{1,200}\] |[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S{1,64} [\w./@-]{1,64}(?:\[\d{1,10}\])?: |"
+    r"\[?\d{4}-\d\d-\d\d[ T][\d:.,]{1,32}\]?\s*(?:-\s*)?(?:[\w.]{1,64}\s*-\s*)?"
+    r"\[?(?:ERROR|CRITICAL|FATAL)\]?\s*(?:[-:]\s*)?(?:\[[\w.]{1,64}:\d{1,6}:\w{1,64}\]\s*)?|"
+    r"(?:ERROR|CRITICAL):[\w.]{1,64}:)*"
 )
 
 XID = "nvrm_xid"
@@ -116,17 +120,19 @@ CATALOGUE: tuple[Signature, ...] = (
         transient=False,
         remedy="CONTACT_SUPPORT",
     ),
-    # DCGM's health watches name the subsystem (thermal, power, memory, PCIe, NVLink) that tripped.
+    # DCGM's health watches name the subsystem (thermal, power, memory, PCIe, NVLink) that tripped;
+    # nvidia-smi prints ERR! in a field it cannot read (a fan, a sensor: the GPU may still compute).
     Signature(
-        "dcgm_health_warning",
-        r"Detected a (?:WARNING|FAILURE|ERROR) in health system \w+|DCGM_HEALTH_RESULT_(?:WARN|FAIL)",
+        "gpu_health_warning",
+        r"Detected a (?:WARNING|FAILURE|ERROR) in health system \w+|DCGM_HEALTH_RESULT_(?:WARN|FAIL)|"
+        r"\|\s*ERR!\s|\bERR!\s+\d+W\s*/",
         "gpu_health",
         _HW,
         kind="gpu_degraded",
         severity="warning",
         storm=1,
         notice=True,
-        anchors=("health system", "DCGM_HEALTH_RESULT"),
+        anchors=("health system", "DCGM_HEALTH_RESULT", "ERR!"),
     ),
     Signature(
         "gpu_lost",
@@ -135,15 +141,13 @@ CATALOGUE: tuple[Signature, ...] = (
         r"\b[0-9a-f]{2}:[0-9a-f]{2}\.0 (?:VGA compatible|3D) controller: NVIDIA Corporation.*\(rev ff\)|"
         r"nvidia \S+: AER: can't recover|NVRM: GPU [0-9a-fA-F:.]+: GPU has fallen off|"
         r"device (?:is |was )?marked unhealthy|[Mm]arking (?:it|device \S+) unhealthy|GPU requires reset|"
-        r"NVML_ERROR_GPU_IS_LOST|GPU has fallen off|Unable to determine the device handle for GPU\d+|"
-        # nvidia-smi prints ERR! in the fields a faulted GPU cannot report.
-        r"\|\s*ERR!\s|\bERR!\s+\d+W\s*/",
+        r"NVML_ERROR_GPU_IS_LOST|GPU has fallen off|Unable to determine the device handle for GPU\d+",
         "gpu_lost",
         _HW,
         transient=False,
         extract=PCI,
         remedy="RESTART_BM",
-        anchors=("lost", "LOST", "fallen", "device handle", "rev ff", "AER", "unhealthy", "requires reset", "ERR!"),
+        anchors=("lost", "LOST", "fallen", "device handle", "rev ff", "AER", "unhealthy", "requires reset"),
     ),
     # DCGM's diagnostics table: a test failed on a GPU.
     Signature(
@@ -242,29 +246,29 @@ CATALOGUE: tuple[Signature, ...] = (
         transient=False,
         anchors=("ECC", "remap", "retired", "ROW_REMAP", "single", "Single"),
     ),
-    # Host memory: an uncorrected error takes the node out; a corrected one (EDAC "CE", the machine-check
-    # decoder's "Corrected error, no action required") is a degrading DIMM to tell operators about.
+    # Host memory: an uncorrected error (EDAC "UE"; the AMD decoder's "Uncorrected, ..." and "System Fatal
+    # error") takes the node out; a corrected one (EDAC "CE", "Corrected error, no action required", the
+    # kernel's "Machine check events logged") is a degrading DIMM to tell operators about. "DRAM ECC error
+    # detected" comes with both, so the status line decides.
     Signature(
         "host_ecc",
-        r"EDAC (?:\w+ )?MC\d+: (?:\d+ )?UE |\[Hardware Error\]: .*Uncorrected error|"
-        r"DRAM ECC error.*[Uu]ncorrect",
+        r"EDAC (?:\w+ )?MC\d+: (?:\d+ )?UE |\[Hardware Error\]: .*(?:Uncorrected[ ,]|System Fatal error)",
         "host_memory_ecc",
         _HW,
         kind="gpu_degraded",
         transient=False,
-        anchors=("EDAC", "Hardware Error", "DRAM ECC"),
+        anchors=("EDAC", "Hardware Error"),
     ),
     Signature(
         "host_ecc_corrected",
-        r"EDAC (?:\w+ )?MC\d+: (?:\d+ )?CE |DRAM ECC error detected|\[Hardware Error\]: .*Corrected error|"
-        r"Machine check events logged",
+        r"EDAC (?:\w+ )?MC\d+: (?:\d+ )?CE |\[Hardware Error\]: .*Corrected error|Machine check events logged",
         "host_memory_ecc",
         _HW,
         kind="gpu_degraded",
         severity="warning",
         storm=1,
         notice=True,
-        anchors=("EDAC", "Hardware Error", "DRAM ECC", "Machine check"),
+        anchors=("EDAC", "Hardware Error", "Machine check"),
     ),
     # --- CUDA ------------------------------------------------------------------------------------------------
     # Host memory, in words that the GPU-memory signatures below would otherwise claim (Ray's
@@ -415,11 +419,14 @@ CATALOGUE: tuple[Signature, ...] = (
         transient=True,
         anchors=("NETDEV", "carrier"),
     ),
-    # UCX's own errors (endpoint timeouts, remote operation errors, receiver-not-ready retries, a QP it
-    # cannot create): every thread we hold diagnosed the fabric's software or its configuration.
+    # UCX's transport errors (endpoint timeouts, remote operation errors, receiver-not-ready retries, a QP
+    # it cannot create): every thread we hold diagnosed the fabric's software or its configuration. Not any
+    # "UCX ERROR": UCX prints one for each transport it then falls back from.
     Signature(
         "ucx_transport_error",
-        r"UCX\s+ERROR\b|RNR retry count exceeded|Remote operation error|Failed to resolve UCX endpoint",
+        r"UCX\s+ERROR .*(?:Endpoint timeout|Connection reset by remote peer|Input/output error|Remote I/O error|"
+        r"[Tt]ransport error|devx_obj_create\(QP\) failed)|"
+        r"RNR retry count exceeded|Remote operation error|Failed to resolve UCX endpoint",
         "ib_link",
         _SYS,
         transient=True,
@@ -575,24 +582,25 @@ CATALOGUE: tuple[Signature, ...] = (
     ),
     # Collective stall warnings (Horovod's stall inspector, XLA's rendezvous): a warning once, a stall
     # when they keep coming (they also show up in runs that then finish fine).
-    # Horovod's stall inspector: collectives waiting a minute or more for named ranks. One warning alone
-    # also comes in runs that then finish fine; the warning with the stalled ops it lists (each naming its
-    # missing ranks) is worth telling operators (the hang detector decides whether the job is stuck).
+    # Horovod's stall inspector lists the collectives waiting a minute or more, each with its missing ranks.
+    # One warning alone also comes in runs that then finish fine; two stalled ops named are worth telling
+    # operators (a storm of the warning itself is the stall below; the hang detector decides the rest).
     Signature(
-        "horovod_stall",
-        r"waiting for remainder of ranks for more than \d+ seconds|\[missing ranks: [\d, ]+\]",
+        "horovod_stalled_ops",
+        r"\[missing ranks: [\d, ]+\]",
         "collective_stall",
         _SYS,
         kind="straggler",
         severity="warning",
-        storm=3,
+        storm=2,
         storm_window_s=900.0,
         notice=True,
-        anchors=("remainder of ranks", "missing ranks"),
+        anchors=("missing ranks",),
     ),
     Signature(
         "collective_stall_warning",
-        r"not all of them arrived on time|has been waiting for .* and may be stuck",
+        r"waiting for remainder of ranks for more than \d+ seconds|not all of them arrived on time|"
+        r"has been waiting for .* and may be stuck",
         "nccl_timeout",
         _SYS,
         severity="warning",
@@ -851,7 +859,7 @@ CATALOGUE: tuple[Signature, ...] = (
         # The loss's own value: the gap may not run into the next metric (``grad_norm 1.03 (nan)`` is an
         # AMP running average that a skipped step made NaN, not the loss).
         r"(?i:\bloss(?:(?!grad|norm\b)[^|]){0,40}?\b(?:nan|inf)\b|"
-        r"grad[ _]norm\W{0,3}(?:nan|inf)\b|loss(?:\W{1,3}|[:=]?\s{1,12})(?:nan|inf)\b)|"
+        r"grad[ _]norm\W{0,3}(?:nan|inf)\b|(?<![Bb]est_)(?<![Bb]est )loss(?:\W{1,3}|[:=]?\s{1,12})(?:nan|inf)\b)|"
         r"Model diverged with loss = NaN|NanLossDuringTrainingError|(?i:loss is (?:nan|inf))|"
         r"Loss became infinite or NaN|(?i:non-finite (?:loss|grad))|is non-finite|Inf/NaN|NaN/Inf|"
         r"found NaN in|returned nan values in its \d+\w\w output|"

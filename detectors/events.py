@@ -158,14 +158,14 @@ _DECODERS: dict[str, msgspec.json.Decoder] = {
 
 # Terminal escape sequences (colours, cursor moves, window titles) that coloured loggers print:
 # what a line says is its text, so they never split a word a signature looks for.
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[ -/]+[0-~]|[@-Z\\-_])")
 
 
 def strip_ansi(line: str) -> str:
     """``line`` without terminal escape sequences.
 
-    >>> strip_ansi("\x1b[1;31mRuntimeError\x1b[0m: CUDA error")
-    'RuntimeError: CUDA error'
+    >>> strip_ansi("\x1b[1;31mRuntimeError\x1b[0m: CUDA error"), strip_ansi("\x1b[31mValueError\x1b(B\x1b[m: bad")
+    ('RuntimeError: CUDA error', 'ValueError: bad')
     """
     return _ANSI.sub("", line)
 

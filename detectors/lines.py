@@ -78,7 +78,10 @@ def read_line(line: str) -> LineReading:
     """Read one log line of a job."""
     parsed = parse_progress(line)
     if parsed is not None:
-        return Progress(parsed, match_line(line))
+        fault = match_line(line)
+        if fault is None and "\r" in line:  # a progress bar's redraws, then what the terminal shows last
+            fault = match_line(line.rsplit("\r", 1)[1])
+        return Progress(parsed, fault)
     score = parse_nvrx_score(line)
     if score is not None:
         return NvrxScore(score)
@@ -87,15 +90,14 @@ def read_line(line: str) -> LineReading:
     match = match_line(line)
     if match is not None:
         return Matched(match)
-    # A failure that names a phase or an interval ("Aborted (core dumped) ... --save_interval 500",
-    # "RuntimeError while saving checkpoint") is a failure, not a phase boundary.
-    if looks_fatal(line):
-        return Unmatched()
+    # A failure that names a phase or an interval ("FATAL: could not finish saving checkpoint",
+    # "Aborted ... --save_interval 500") is a failure, not a phase boundary; asked only of the few lines
+    # that name one, so ordinary lines pay nothing for it.
     marker = phase_marker(line)
     if marker is not None:
-        return PhaseMarker(marker[1])
+        return Unmatched() if looks_fatal(line) else PhaseMarker(marker[1])
     if any(hint in line for hint in _RHYTHM_HINTS):
         rhythm = parse_rhythm(line)
         if rhythm is not None:
-            return Rhythm(*rhythm)
+            return Unmatched() if looks_fatal(line) else Rhythm(*rhythm)
     return Unmatched()

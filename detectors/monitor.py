@@ -20,6 +20,7 @@ objects, so Bytewax can snapshot them for recovery.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -55,7 +56,31 @@ _log = logging.getLogger(__name__)
 # A wrapped line: terminals wrap at 80 columns or more, and both halves arrive together.
 WRAP_MIN_CHARS = 64
 WRAP_MAX_GAP_S = 1.0
+# How a new log record starts (so it is no continuation): NCCL's host:pid:tid [dev], a stamp, a level.
+_RECORD_HEADER = re.compile(
+    r"\S+:\d+:\d+ \[\d+\]|\[?\d{4}-\d\d-\d\d|\[?[IWEF]\d{3,4} |\[?[A-Z][a-z]{2} [ \d]\d |\[\s*\d+\.\d+\]|"
+    r"\[?(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)\b|\w+ \d{1,2} \d\d:\d\d:\d\d"
+)
 LOST_GPU_CHECK_S = 30.0  # GPUs report every ~10 s; looking for silent ones more often finds nothing new
+
+
+def _rejoin(tail: LogRecord, rec: LogRecord) -> tuple[LogRecord, SignatureMatch] | None:
+    """A message a terminal wrapped onto two lines ("... Resource exhausted: Out " / "of memory while
+    trying to allocate"), read whole.
+
+    ``tail`` is the job's line just before ``rec``, long and unmatched; they are joined only when they
+    come from the same node and rank at the same moment and ``rec`` reads as a continuation: no record
+    header of its own (a stamp, a level, NCCL's ``host:pid:tid [dev]``), and either ``tail`` ends in a
+    space or ``rec`` starts in lower case.
+    """
+    if tail.node != rec.node or tail.rank != rec.rank or abs(rec.ts - tail.ts) > WRAP_MAX_GAP_S:  # type: ignore[operator]
+        return None
+    rest = strip_envelope(rec.line)  # a launcher prefixes each line it relays, continuations too
+    if not rest or not (tail.line.endswith(" ") or rest[0].islower()) or _RECORD_HEADER.match(rest):
+        return None
+    joined = msgspec.structs.replace(rec, line=tail.line + rest)
+    fault = match_line(joined.line)
+    return None if fault is None else (joined, fault)
 
 
 class JobMonitor:
@@ -144,6 +169,7 @@ class JobMonitor:
 
     def _log(self, rec: LogRecord) -> list[Anomaly]:
         ts: float = rec.ts  # type: ignore[assignment]
+        tail, self._wrap_tail = self._wrap_tail, None  # only the line just before can be wrapped onto this one
         match read_line(rec.line):
             case Progress(parsed, fault):
                 found = self._progress(ts, parsed.step, rec.rank, rec.node, parsed.step_time_s, None)
@@ -164,7 +190,9 @@ class JobMonitor:
                 if fault.signature.category == "nic_degraded":
                     self._nic_warnings[rec.node] = ts  # evidence for localising a slowdown, not an anomaly itself
                 return self._emit(self.crash.observe_match(rec, fault))
-        wrapped = self._rejoin(rec)
+        wrapped = None if tail is None else _rejoin(tail, rec)
+        if len(rec.line) >= WRAP_MIN_CHARS:
+            self._wrap_tail = rec
         if wrapped is not None:
             joined, fault = wrapped
             return self._emit(self.crash.observe_match(joined, fault))
@@ -173,22 +201,6 @@ class JobMonitor:
         if hit is not None and fatal and len(self._fatal_templates) < 8:
             self._fatal_templates.setdefault(hit.template_id, hit)
         return []
-
-    def _rejoin(self, rec: LogRecord) -> tuple[LogRecord, SignatureMatch] | None:
-        """A message a terminal wrapped onto two lines ("... Resource exhausted: Out " / "of memory while
-        trying to allocate"), read whole: the line before, if long, unmatched and just before on the same
-        rank, joined with this one when this one reads as its continuation."""
-        tail, self._wrap_tail = self._wrap_tail, None
-        if len(rec.line) >= WRAP_MIN_CHARS:
-            self._wrap_tail = rec
-        if tail is None or tail.rank != rec.rank or rec.ts - tail.ts > WRAP_MAX_GAP_S:  # type: ignore[operator]
-            return None
-        rest = strip_envelope(rec.line)  # a launcher prefixes each line it relays, continuations too
-        if not rest or not (tail.line.endswith(" ") or rest[0].islower()):
-            return None
-        joined = msgspec.structs.replace(rec, line=tail.line + rest)
-        fault = match_line(joined.line)
-        return None if fault is None else (joined, fault)
 
     def _progress(
         self, ts: float, step: int | None, rank: int | None, node: str, step_time: float | None, per_rank: float | None

@@ -1,7 +1,7 @@
 """The same failure is read the same way however it was collected.
 
 Launchers and log collectors put their own envelope in front of every line (a rank, a host,
-a container stamp, a logging level, terminal colours, a progress bar's last redraw). Every
+a container stamp, a logging level, terminal colours). Every
 real excerpt we hold, wrapped in each envelope, must give the first anomaly it gives bare:
 same kind, category and layer, or nothing.
 """
@@ -30,7 +30,6 @@ ENVELOPES: dict[str, Callable[[str, int], str]] = {
     "Python logging": lambda line, i: f"2024-05-01 12:00:{i % 60:02d},123 - train - ERROR - {line}",
     "journald": lambda line, i: f"May 01 12:00:{i % 60:02d} gpu-node-07 python[4821]: {line}",
     "coloured logger": lambda line, i: f"\x1b[1;31m{line}\x1b[0m",
-    "tqdm bar before": lambda line, i: f"Epoch 1:  37%|###7      | 370/1000 [01:02<01:46,  5.91it/s]\r{line}",
 }
 
 

@@ -389,8 +389,8 @@ CASES = [
     ),
     ("RuntimeError: DataLoader worker (pid(s) 31) exited unexpectedly", "process_crash", "system"),
     # Set 7a: host memory as the machine-check decoder prints it, DCGM's health watches, nvidia-smi's ERR!,
-    # UCX's own errors (the fabric's software), JAX's coordination barrier.
-    (" kernel:[Hardware Error]: MC4 Error (node 3): DRAM ECC error detected on the NB.", "host_memory_ecc", "hardware"),
+    # UCX's transport errors (the fabric's software), JAX's coordination barrier.
+    ("kernel: [Hardware Error]: Error Status: Uncorrected, software restartable error.", "host_memory_ecc", "hardware"),
     ("kernel: EDAC amd64 MC1: CE ERROR_ADDRESS= 0xf075b2410", "host_memory_ecc", "hardware"),
     (
         "ERROR [1514002:1514004] [[Health]] Detected a WARNING in health system Thermal: 'Detected clocks event",
@@ -399,7 +399,7 @@ CASES = [
     ),
     (
         "|ERR!   68C    P2             99W /  130W |       1MiB /  20475MiB |     93%      Default |",
-        "gpu_lost",
+        "gpu_health",
         "hardware",
     ),
     (
@@ -417,11 +417,26 @@ CASES = [
 ]
 
 
-def test_a_corrected_host_memory_error_is_told_and_an_uncorrected_one_takes_the_node_out() -> None:
-    corrected = match_line("kernel: [Hardware Error]: Error Status: Corrected error, no action required.")
-    uncorrected = match_line("EDAC MC0: 1 UE multi-symbol chipkill ECC on P0_Node0_Channel5_Dimm0")
-    assert corrected is not None and (corrected.signature.notice, corrected.signature.severity) == (True, "warning")
-    assert uncorrected is not None and not uncorrected.signature.notice
+@pytest.mark.parametrize(
+    ("line", "notice"),
+    [
+        ("kernel: [Hardware Error]: Error Status: Corrected error, no action required.", True),
+        ("[  511.304636] EDAC MC0: 1 CE single-symbol chipkill ECC on P0_Node0_Channel5_Dimm0", True),
+        ("EDAC MC0: 1 UE multi-symbol chipkill ECC on P0_Node0_Channel5_Dimm0", False),
+        ("[Hardware Error]: Error Status: Uncorrected, software containable error.", False),  # AMD's decoder
+        ("mce: [Hardware Error]: System Fatal error.", False),
+    ],
+)
+def test_a_corrected_host_memory_error_is_told_and_an_uncorrected_one_takes_the_node_out(
+    line: str, notice: bool
+) -> None:
+    found = match_line(line)
+    assert found is not None and found.signature.category == "host_memory_ecc"
+    assert (found.signature.notice, found.signature.severity) == ((True, "warning") if notice else (False, "fatal"))
+
+
+def test_the_decoders_header_line_alone_does_not_say_whether_the_error_was_corrected() -> None:
+    assert match_line(" kernel:[Hardware Error]: MC4 Error (node 3): DRAM ECC error detected on the NB.") is None
 
 
 @pytest.mark.parametrize(("line", "category", "layer"), CASES, ids=[c[1] + ":" + c[0][:40] for c in CASES])

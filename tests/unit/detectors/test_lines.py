@@ -3,10 +3,14 @@ and a message a terminal wrapped onto two lines is read whole."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 
 from trainguard.detectors.events import Anomaly, LogRecord
-from trainguard.detectors.lines import Matched, PhaseMarker, Rhythm, Unmatched, read_line
+from trainguard.detectors.lines import Matched, PhaseMarker, Progress, Rhythm, Unmatched, read_line
 from trainguard.detectors.monitor import JobMonitor
 
 
@@ -48,8 +52,62 @@ def test_a_wrapped_message_is_read_whole() -> None:
     assert any("Resource exhausted: Out of memory while trying" in line for line in anomaly.evidence)
 
 
-@pytest.mark.parametrize(("gap_s", "rank"), [(30.0, 0), (0.0, 1)], ids=["printed apart", "another rank"])
-def test_lines_that_are_not_a_continuation_are_not_joined(gap_s: float, rank: int) -> None:
+def _record(ts: float, line: str, node: str = "n1", rank: int | None = 0) -> LogRecord:
+    return LogRecord(ts=ts, job_id="7", node=node, rank=rank, line=line)
+
+
+CONTINUATION = "of memory while trying to allocate 5520758552 bytes."
+
+
+@pytest.mark.parametrize(
+    "records",
+    [
+        [_record(10.0, HEAD), _record(40.0, CONTINUATION)],
+        [_record(10.0, HEAD), _record(10.0, CONTINUATION, rank=1)],
+        [_record(10.0, HEAD, rank=None), _record(10.0, CONTINUATION, node="n2", rank=None)],
+        [_record(10.0, HEAD), _record(10.0, "step 5 | loss 1.2 | 0.5 s/it"), _record(10.0, CONTINUATION)],
+        # A record of its own (NCCL's host:pid:tid header) is never a continuation, whatever joining would say.
+        [
+            _record(
+                10.0,
+                "[2024-05-01 12:00:00,123] [INFO] [stage3.py:1850:_overflow_clean_up] [Rank 0] Overflow detected. "
+                "Skipping step. Attempted loss scale: 65536, reducing to 32768",
+            ),
+            _record(10.2, "dgx-01:1234:1300 [0] NCCL INFO [Service thread] Connection closed by localRank 3"),
+        ],
+    ],
+    ids=["printed apart", "another rank", "another node", "a line in between", "a record header"],
+)
+def test_lines_that_are_not_a_continuation_are_not_joined(records: list[LogRecord]) -> None:
     mon = JobMonitor("7")
-    _log(mon, 10.0, HEAD)
-    assert _log(mon, 10.0 + gap_s, "of memory while trying to allocate 5520758552 bytes.", rank=rank) == []
+    assert [a for rec in records for a in mon.observe(rec)] == []
+
+
+def test_a_fault_after_a_progress_bars_last_redraw_is_read() -> None:
+    reading = read_line("Epoch 1:  37%|###7      | 370/1000 [01:02<01:46,  5.91it/s]\rValueError: bad shape")
+    assert isinstance(reading, Progress) and reading.match is not None
+
+
+ADVERSARIAL = [
+    "[rank1]: 1: " * 40 + "loading GPU shard",  # repeated launcher prefixes
+    "[1,2]<stderr>:[rank1]: 1: " * 60,
+    "2024-05-01 12:00:00 ERROR " * 60,
+    "2024-05-01 12:00:00,123 ERROR" + " " * 8000 + "GPU Error: x",  # a long run of spaces after the level
+    "2024-05-01 " + "1" * 100_000 + "!",
+]
+
+
+def test_no_line_makes_the_reader_backtrack_without_end() -> None:
+    """Each of these took seconds to hours with an envelope that could re-split what it matched; run in
+    a child process so a regression fails (on the timeout) instead of hanging the suite."""
+    code = (
+        "import json, sys\n"
+        "from trainguard.detectors.lines import read_line\n"
+        "from trainguard.detectors.signatures import looks_fatal, strip_envelope\n"
+        "for line in json.load(sys.stdin):\n"
+        "    read_line(line); looks_fatal(line); strip_envelope(line)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], input=json.dumps(ADVERSARIAL), text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0

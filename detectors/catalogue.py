@@ -293,7 +293,7 @@ CATALOGUE: tuple[Signature, ...] = (
         r"ran out of memory (?:trying|while trying) to allocate|Allocator \(GPU_\d+_bfc\) ran out of memory|"
         r"OOM when allocating tensor|torch\.OutOfMemoryError|cudaMalloc (?:failed|retry failed).*out of memory|"
         r"ResourceExhaustedError.*(?:OOM|[Oo]ut of memory)|XlaRuntimeError: RESOURCE_EXHAUSTED|"
-        r"RESOURCE_EXHAUSTED: (?:Failed to allocate|Attempting to (?:allocate|reserve))|"
+        r"RESOURCE_EXHAUSTED: (?:Failed to allocate|Attempting to (?:allocate|reserve)|Error allocating device buffer)|"
         r"Resource exhausted: Attempting to allocate|"
         r"Out of memory error on GPU \d+|memory::allocation::BadAlloc|"
         # Older frameworks name CUDA's error 2 (cudaErrorMemoryAllocation) by number; CuPy and vLLM in their words.
@@ -691,7 +691,8 @@ CATALOGUE: tuple[Signature, ...] = (
         r"ORTE has lost communication with a remote daemon|An error occurred in MPI_Init|\*\*\* MPI_ERRORS_ARE_FATAL|"
         r"MPI_ABORT was invoked|\*\*\* Process received signal \*\*\*|"
         r"LAUNCH ERROR [^\n]{0,80}?(?:Container failed|Pod failed)|Container rank \d+ status failed|"
-        r"\bCrashLoopBackOff\b|(?i:back-off (?:\S+ )?restarting failed container)",
+        r"\bCrashLoopBackOff\b|(?i:back-off (?:\S+ )?restarting failed container)|"
+        r"ABORT!!! Out of all \d+ trainers",  # Paddle's launcher
         "process_crash",
         _SYS,
         cascade=True,
@@ -703,6 +704,7 @@ CATALOGUE: tuple[Signature, ...] = (
             "Container rank",
             "CrashLoopBackOff",
             "restarting failed container",
+            "ABORT!!!",
         ),
     ),
     # glibc found the heap corrupted and aborts the process (a native bug somewhere in the stack).
@@ -989,6 +991,7 @@ FAMILIES: dict[str, str] = {
 # tests/unit/detectors/test_catalogue.py checks that every case it knows passes the filter. A word that
 # contains another word of the list adds nothing (matches overlap), so none is listed.
 PREFILTER_WORDS: tuple[str, ...] = (
+    "ABORT!!!",
     "AER",
     "Abort",
     "Allocator",

@@ -414,6 +414,19 @@ CASES = [
         "nccl_timeout",
         "system",
     ),
+    # Set 8b: Paddle's launcher, XLA's device buffer.
+    (
+        "ERROR 2021-05-24 17:17:14,611 launch_utils.py:545] ABORT!!! Out of all 4 trainers, the trainer process "
+        "with rank=[3] was aborted. Please check its log.",
+        "process_crash",
+        "system",
+    ),
+    (
+        "RuntimeError: Bad StatusOr access: RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to "
+        "allocate 196.00M. That was not possible. There are 134.44M free.",
+        "oom",
+        "application",
+    ),
 ]
 
 

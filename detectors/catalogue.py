@@ -141,13 +141,24 @@ CATALOGUE: tuple[Signature, ...] = (
         r"\b[0-9a-f]{2}:[0-9a-f]{2}\.0 (?:VGA compatible|3D) controller: NVIDIA Corporation.*\(rev ff\)|"
         r"nvidia \S+: AER: can't recover|NVRM: GPU [0-9a-fA-F:.]+: GPU has fallen off|"
         r"device (?:is |was )?marked unhealthy|[Mm]arking (?:it|device \S+) unhealthy|GPU requires reset|"
-        r"NVML_ERROR_GPU_IS_LOST|GPU has fallen off|Unable to determine the device handle for GPU\d+",
+        r"NVML_ERROR_GPU_IS_LOST|GPU has fallen off|Unable to determine the device handle for GPU\d+|"
+        r"NV_ERR_RESET_REQUIRED",
         "gpu_lost",
         _HW,
         transient=False,
         extract=PCI,
         remedy="RESTART_BM",
-        anchors=("lost", "LOST", "fallen", "device handle", "rev ff", "AER", "unhealthy", "requires reset"),
+        anchors=(
+            "lost",
+            "LOST",
+            "fallen",
+            "device handle",
+            "rev ff",
+            "AER",
+            "unhealthy",
+            "requires reset",
+            "RESET_REQ",
+        ),
     ),
     # DCGM's diagnostics table: a test failed on a GPU.
     Signature(
@@ -261,14 +272,15 @@ CATALOGUE: tuple[Signature, ...] = (
     ),
     Signature(
         "host_ecc_corrected",
-        r"EDAC (?:\w+ )?MC\d+: (?:\d+ )?CE |\[Hardware Error\]: .*Corrected error|Machine check events logged",
+        r"EDAC (?:\w+ )?MC\d+: (?:\d+ )?CE |\[Hardware Error\]: .*Corrected error|Machine check events logged|"
+        r": [1-9]\d* Corrected Errors\b|\b[1-9]\d* corrected memory errors detected",  # edac-util, NHC
         "host_memory_ecc",
         _HW,
         kind="gpu_degraded",
         severity="warning",
         storm=1,
         notice=True,
-        anchors=("EDAC", "Hardware Error", "Machine check"),
+        anchors=("EDAC", "Hardware Error", "Machine check", "orrected"),
     ),
     # --- CUDA ------------------------------------------------------------------------------------------------
     # Host memory, in words that the GPU-memory signatures below would otherwise claim (Ray's
@@ -462,12 +474,22 @@ CATALOGUE: tuple[Signature, ...] = (
         transient=True,
         anchors=("hysical", "Port module", "mlx5", "ib", "insufficient power"),
     ),
-    # The port is physically up but logically down (no subnet manager, no configuration), or the
-    # verbs layer refuses the configuration: the fabric's software, not a part.
+    # ibstat's "State: Down" comes before the "Physical state:" line that says whether the link itself is
+    # down (a part: above) or up without a subnet manager (the fabric's software): it waits for that line.
+    Signature(
+        "ib_port_state_down",
+        "^" + ENVELOPE + r"\s*State:\s*Down\s*$",
+        "ib_link",
+        _SYS,
+        transient=False,
+        weak=True,
+    ),
+    # The port is physically up but logically down (no subnet manager, no configuration; ibv_devinfo's
+    # PORT_INIT), or the verbs layer refuses the configuration: the fabric's software, not a part.
     Signature(
         "ib_port_logical_down",
-        "^" + ENVELOPE + r"\s*State:\s*Down\s*$|\(Down\)\s*$|Port number \d+ state is Down|Couldn't set the link layer|"
-        r"Couldn't get context for the device",
+        r"\(Down\)\s*$|Port number \d+ state is Down|Couldn't set the link layer|"
+        r"Couldn't get context for the device|\bstate:\s+PORT_INIT\b",
         "ib_link",
         _SYS,
         transient=False,
@@ -480,7 +502,9 @@ CATALOGUE: tuple[Signature, ...] = (
         r"NET/IB : Unable to open device|"
         # Access and protection errors are keys and registrations (software, GPUDirect set-up), not the link.
         r"[Rr]emote access error\b|Couldn't allocate MR|[Ff]ailed to create MR|ibv_reg_mr failed|"
-        r"Failed status [45]: wr_id",
+        r"Failed status [45]: wr_id|"
+        # Open MPI's openib transport: completion queues it cannot resize or poll.
+        r"cannot resize completion queue|error polling [HL]P CQ",
         "ib_link",
         _SYS,
         transient=False,
@@ -848,6 +872,16 @@ CATALOGUE: tuple[Signature, ...] = (
         transient=True,
         anchors=("slurmstepd", "Task launch", "credential"),
     ),
+    # Slurm could not kill the job's processes (stuck in the kernel: a driver or a filesystem): it drains
+    # the node itself.
+    Signature(
+        "slurm_unkillable",
+        r"STEPD TERMINATED ON \S+ AT \S+ DUE TO JOB NOT ENDING WITH SIGNALS|\bKill task failed\b",
+        "process_crash",
+        _SYS,
+        transient=False,
+        anchors=("STEPD TERMINATED", "Kill task failed"),
+    ),
     Signature(
         "slurm_cancelled",
         r"CANCELLED AT \S+ DUE TO (?:TIME LIMIT|PREEMPTION|JOB REQUEUE)",
@@ -1090,11 +1124,13 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "Out Of Memory",
     "Out of memory",
     "OutOfResources",
+    "PORT_INIT",
     "PTX",
     "Per user-direction",
     "Physical",
     "Port module",
     "Process received signal",
+    "RESET_REQ",
     "RESOURCE_EXHAUSTED",
     "RNR",
     "RayActorError",
@@ -1107,6 +1143,7 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "Root Cause",
     "SHARP coll",
     "SIG",
+    "STEPD TERMINATED",
     "SYSTEM_ERROR",
     "Segmentation",
     "Socket",
@@ -1138,6 +1175,7 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "cache blocks",
     "carrier",
     "compatible with the current",
+    "completion queue",
     "connectFullMesh",
     "corrupted",
     "create MR",
@@ -1160,7 +1198,6 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "free(): invalid",
     "gloo",
     "health system",
-    "missing ranks",
     "hild process",
     "ibv_",
     "illegal",
@@ -1186,6 +1223,7 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "memory pressure",
     "misaligned",
     "mismatch",
+    "missing ranks",
     "mlx5",
     "mpirun",
     "nan",
@@ -1199,12 +1237,15 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "nvrtc",
     "oom",
     "oordination service",
+    "orrected",
     "out of memory",
     "out-of-memory",
     "overflow",
     "peer access",
     "peer process has unexpectedly",
     "physical",
+    "polling HP CQ",
+    "polling LP CQ",
     "present state",
     "probe routine",
     "protection error",

@@ -39,6 +39,7 @@ EXTRA_SETS = [
     ("extra-real-logs-6b.jsonl", 0.94),
     ("extra-real-logs-7a.jsonl", 0.85),  # infrastructure: DCGM tables, ibdiagnet reports, barrier waits missed
     ("extra-real-logs-7b.jsonl", 0.95),
+    ("extra-real-logs-8a.jsonl", 0.95),
     ("extra-real-logs-8b.jsonl", 0.95),
 ]
 
@@ -47,6 +48,7 @@ EXTRA_SETS = [
 SEALED_SETS = [
     ("sealed-real-logs-7a.jsonl", 0.80, 0.60),
     ("sealed-real-logs-7b.jsonl", 0.95, 0.85),
+    ("sealed-real-logs-8a.jsonl", 0.75, 0.30),
     ("sealed-real-logs-8b.jsonl", 0.95, 0.95),
 ]
 

@@ -414,6 +414,27 @@ CASES = [
         "nccl_timeout",
         "system",
     ),
+    # Set 8a: ibv_devinfo's PORT_INIT, Open MPI's openib queues, the driver asking for a reset, edac-util and
+    # NHC, Slurm unable to kill a step.
+    ("    state:    PORT_INIT (2)", "ib_link", "system"),
+    (
+        "[rc013][[5397,1],43][btl_openib.c:222:adjust_cq] cannot resize completion queue, error: 16",
+        "ib_link",
+        "system",
+    ),
+    (
+        "[373871.354096] NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required [NV_ERR_RESET_REQUIRED] "
+        "(0x00000062) returned from status @ kernel_channel.c:2827",
+        "gpu_lost",
+        "hardware",
+    ),
+    ("mc1: csrow1: CPU_SrcID#1_Channel#1_DIMM#0: 31 Corrected Errors", "host_memory_ecc", "hardware"),
+    (
+        "[2020-12-14T09:44:56.002] [63532.0] error: *** STEP 63532.0 STEPD TERMINATED ON cn117 AT "
+        "2020-12-14T09:44:56 DUE TO JOB NOT ENDING WITH SIGNALS ***",
+        "process_crash",
+        "system",
+    ),
     # Set 8b: Paddle's launcher, XLA's device buffer.
     (
         "ERROR 2021-05-24 17:17:14,611 launch_utils.py:545] ABORT!!! Out of all 4 trainers, the trainer process "
@@ -446,6 +467,22 @@ def test_a_corrected_host_memory_error_is_told_and_an_uncorrected_one_takes_the_
     found = match_line(line)
     assert found is not None and found.signature.category == "host_memory_ecc"
     assert (found.signature.notice, found.signature.severity) == ((True, "warning") if notice else (False, "fatal"))
+
+
+def test_ibstats_state_line_waits_for_the_physical_state_that_follows() -> None:
+    from trainguard.detectors.events import LogRecord
+    from trainguard.detectors.monitor import JobMonitor
+
+    def first(physical: str) -> tuple[str, str]:
+        mon = JobMonitor("7")
+        found = []
+        for i, line in enumerate(["CA 'mlx5_8'", "\tPort 1:", "\t\tState: Down", physical]):
+            found += mon.observe(LogRecord(ts=10.0 + i, job_id="7", node="n1", line=line))
+        found += mon.advance(60.0)  # the hold expires: what waited is reported
+        return (found[0].category, found[0].layer)
+
+    assert first("\t\tPhysical state: Polling") == ("ib_link", "hardware")  # no link: a cable, a port
+    assert first("\t\tPhysical state: LinkUp") == ("ib_link", "system")  # linked, no subnet manager
 
 
 def test_the_decoders_header_line_alone_does_not_say_whether_the_error_was_corrected() -> None:

@@ -23,7 +23,7 @@ needs_corpus = pytest.mark.skipif(
 @needs_corpus
 @pytest.mark.parametrize(
     ("part", "fault_vs_normal", "layer"),
-    [("tune", 0.97, 0.90), ("holdout", 0.85, 0.70)],
+    [("tune", 0.97, 0.92), ("holdout", 0.86, 0.72)],
 )
 def test_corpus_parts_hold_their_measured_accuracy(part: str, fault_vs_normal: float, layer: float) -> None:
     s = score(evaluate(CORPUS_DIR / f"{part}.jsonl"))

@@ -12,7 +12,9 @@ the findings of one scope (a job or an idle node) into anomalies:
   with its own id — one alarm never blinds the next;
 - a hang alarm (or a cascade reported when its hold ran out) that a root cause then
   explains (an Xid, a CUDA error) does not swallow it: the root cause is reported and
-  the earlier anomaly resolved as explained by it.
+  the earlier anomaly resolved as explained by it; so does a hardware fault that turns up
+  under a crash blamed on software (a GPU that fell off the bus makes the job's CUDA calls
+  fail first: the node must not stay in service behind an application error).
 
 >>> from trainguard.detectors.findings import Finding
 >>> inc = Incidents("job/7", "7", group_window_s=1200.0, straggler_cooldown_s=900.0)
@@ -61,6 +63,11 @@ def to_anomaly(scope: str, job_id: str | None, f: Finding) -> Anomaly:
     )
 
 
+def _hardware_under_software(f: Finding, incident: Anomaly) -> bool:
+    """Whether ``f`` blames the hardware under an incident blamed on software (the hardware explains it)."""
+    return incident.layer != "hardware" and attribute_layer(f.category, f.layer, f.transient)[0] == "hardware"
+
+
 def resolved(anomaly: Anomaly, now: float, resolution: str) -> Anomaly:
     """The resolution record of ``anomaly``: the same anomaly, published again, resolved."""
     return msgspec.structs.replace(anomaly, resolved_at=max(now, anomaly.detected_at), resolution=resolution)
@@ -96,13 +103,15 @@ class Incidents:
         )
         if grouped and inc is not None:
             if (
-                (inc.kind == "hang" or self._symptom)
+                (inc.kind == "hang" or self._symptom or _hardware_under_software(f, inc))
                 and f.kind == "crash"
                 and not f.cascade
                 and f.severity == "critical"
             ):
-                # The root cause of a hang alarm (or of a cascade reported without one) turned up:
-                # report it, and close the earlier anomaly as explained by it.
+                # The root cause of a hang alarm (or of a cascade reported without one) turned up, or the
+                # hardware fault under a software error did (the kernel's Xid 79 a moment after the job's
+                # "CUDA error: unspecified launch failure"): report it, and close the earlier anomaly as
+                # explained by it, so the node is not left in service behind an application error.
                 anomaly = self._open(f)
                 self.incident, self._last_ts, self._symptom = anomaly, f.detected_at, False
                 return [*self._close(inc, f.detected_at, f"{SUPERSEDED} {anomaly.anomaly_id}"), anomaly]

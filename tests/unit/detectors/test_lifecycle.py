@@ -70,6 +70,25 @@ def test_a_root_cause_after_a_hang_alarm_is_reported_and_explains_it() -> None:
     assert hang.kind == "hang"
 
 
+def test_the_hardware_fault_under_an_application_error_is_reported_and_explains_it() -> None:
+    """A GPU that falls off the bus makes the job's CUDA calls fail first; the kernel's line comes after."""
+    mon = JobMonitor("7")
+    first = mon.observe(
+        LogRecord(ts=10.0, job_id="7", node="n1", rank=0, line="RuntimeError: CUDA error: unspecified launch failure")
+    )
+    found = mon.observe(LogRecord(ts=10.5, job_id="7", node="n1", source="kernel", line=XID79))
+    assert [(a.category, a.layer) for a in first] == [("cuda_launch_failure", "application")]
+    assert [(a.category, a.layer, a.resolution) for a in found] == [
+        ("cuda_launch_failure", "application", f"explained by {found[1].anomaly_id}"),
+        ("xid_79", "hardware", None),
+    ]
+    # ... and never the other way round: an application error after a lost GPU is its evidence.
+    assert (
+        mon.observe(LogRecord(ts=11.0, job_id="7", node="n1", rank=1, line="CUDA error: an illegal memory access"))
+        == []
+    )
+
+
 def test_a_node_that_returns_to_service_resolves_its_outage() -> None:
     node = NodeMonitor("n9")
     (down,) = node.observe(NodeEvent(ts=10.0, node="n9", state="DOWN*", reason="Not responding"))

@@ -94,7 +94,7 @@ CATALOGUE: tuple[Signature, ...] = (
         r"XidCriticalError: Xid=(?P<xid>\d+)|EventType:8 EventData:(?P<xid2>\d+)|"
         r"DCGM_FI_DEV_XID_ERRORS\S*\s+(?P<xid3>[1-9]\d*)\b|\bXID[ =:]+(?P<xid4>\d{1,3})\b.*(?i:unhealthy)|"
         r"(?i:detected xid(?: error)?\W+)(?P<xid5>\d{1,3})\b|(?i:xid error )(?P<xid6>\d{1,3})\b|"
-        r"\bXid (?P<xid7>\d{1,3}), [A-Z][A-Z0-9_]{3,}",
+        r"\bXid (?P<xid7>\d{1,3}), [A-Z][A-Z0-9_]{3,}|Found XID errors: (?P<xid8>\d{1,3})\b",  # ... NHC
         "xid",
         _HW,
         anchors=("Xid", "XID", "xid", "EventType:8"),
@@ -468,6 +468,7 @@ CATALOGUE: tuple[Signature, ...] = (
         r"(?i:physical[_ ]state:?\s*(?:POLLING|DISABLED|LinkDown))|"
         r"Port module event(?:\[error\])?: .*(?:unplugged|[Ee]rror|overheat|power budget|[Tt]emperature)|"
         r"mlx5_core \S+: .*link down|mlx5_\d+/\d+: port \d+ (?:went )?down|insufficient power on the PCIe slot|"
+        r"check_hw_ib:\s+No IB port \S+ is ACTIVE|"  # NHC
         r"\bib\w*\d+: (?:Link|link) (?:is )?down\b",
         "ib_link",
         _HW,
@@ -838,12 +839,26 @@ CATALOGUE: tuple[Signature, ...] = (
         transient=True,
     ),
     Signature(
-        "host_kernel_trouble",
-        r"soft lockup - CPU#\d+ stuck|blocked for more than \d+ seconds|Kernel panic|kernel BUG at|"
-        r"nfs: server \S+ not responding|LustreError: .*(?:timed out|evicted)|Lustre: .*(?:lost|evict)",
+        "host_kernel_panic",
+        r"Kernel panic|kernel BUG at",
         "host_kernel",
         _SYS,
         transient=True,
+        anchors=("Kernel panic", "kernel BUG"),
+    ),
+    # The node's kernel is struggling (a CPU stuck, a task blocked in the kernel, a file server gone): real
+    # trouble, but jobs often ride it out (soft lockups while a large checkpoint is written) — a notice;
+    # the hang detector decides whether the job stopped.
+    Signature(
+        "host_kernel_trouble",
+        r"soft lockup - CPU#\d+ stuck|blocked for more than \d+ seconds|task:\S+\s+state:D stack:|"
+        r"nfs: server \S+ not responding|LustreError: .*(?:timed out|evicted)|Lustre: .*(?:lost|evict)",
+        "host_kernel",
+        _SYS,
+        kind="node_unhealthy",
+        severity="warning",
+        storm=1,
+        notice=True,
     ),
     # Kubernetes evicts a pod when its node runs short (memory has its own signature above).
     Signature(
@@ -1174,6 +1189,7 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "c10d",
     "cache blocks",
     "carrier",
+    "check_hw_ib",
     "compatible with the current",
     "completion queue",
     "connectFullMesh",
@@ -1273,6 +1289,7 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "socket",
     "soft lockup",
     "srun: error",
+    "state:D",
     "stream is capturing",
     "system not yet",
     "terminated with",

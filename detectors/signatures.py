@@ -167,7 +167,8 @@ def _first(fields: dict[str, str], *names: str) -> str | None:
 def _refine(sig: Signature, fields: dict[str, str]) -> Signature:
     """Signatures whose meaning depends on a code: an Xid's number, a rank's exit status."""
     if sig.category == "xid":
-        code_text = _first(fields, "cause_xid", "xid", "xid2", "xid3", "xid4")
+        # The Xid named as the cause first; then whichever of the pattern's alternatives caught the code.
+        code_text = _first(fields, "cause_xid", "xid", *(f"xid{n}" for n in range(2, 10)))
         if code_text is None:
             return sig
         fields["xid"] = code_text

@@ -603,3 +603,18 @@ def test_horovods_stall_report_is_a_notice_when_it_names_its_stalled_ops(stalled
         a for i, line in enumerate(lines) for a in mon.observe(LogRecord(ts=10.0 + i, job_id="7", node="n1", line=line))
     ]
     assert [(a.kind, a.category, a.severity) for a in found] == expected
+
+
+@pytest.mark.parametrize(
+    ("line", "notice"),
+    [
+        ("Kernel panic - not syncing: Fatal exception in interrupt", False),
+        ("watchdog: BUG: soft lockup - CPU#98 stuck for 22s! [python:24816]", True),  # jobs often ride it out
+        ("INFO: task python3.11:24816 blocked for more than 120 seconds.", True),
+        ("[  +0.000049] task:python3.11      state:D stack:    0 pid:24816 ppid: 24796 flags:0x00000002", True),
+    ],
+)
+def test_a_node_kernel_in_trouble_is_a_notice_and_a_panic_is_a_crash(line: str, notice: bool) -> None:
+    m = match_line(line)
+    assert m is not None and (m.signature.category, m.signature.layer) == ("host_kernel", "system")
+    assert (m.signature.notice, m.signature.kind) == ((True, "node_unhealthy") if notice else (False, "crash"))

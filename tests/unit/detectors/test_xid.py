@@ -114,3 +114,19 @@ def test_nvswitch_sxids_follow_the_severity_the_driver_prints() -> None:
     line = "nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 28 egress non-posted PRIV error"
     found = [a for i in range(3) for a in node.observe(LogRecord(ts=10.0 + i, node="n3", source="kernel", line=line))]
     assert [(a.category, a.severity) for a in found] == [("sxid", "warning")]  # a burst, notified, never drained
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "XidCriticalError: Xid=79, Device=GPU-8ca5630b, The device will go unhealthy.",
+        'DCGM_FI_DEV_XID_ERRORS{gpu="3"} 79',
+        "gpud: detected xid error 79 on GPU 3",
+        "kubelet: xid error 79 on device nvidia3",
+        "Xid 79, ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS on GPU 3",
+        "Found XID errors: 79",
+    ],
+)
+def test_every_wording_an_agent_names_an_xid_in_gets_that_codes_verdict(line: str) -> None:
+    m = match_line(line)
+    assert m is not None and (m.signature.category, m.signature.remedy) == ("xid_79", "RESTART_BM"), line

@@ -141,8 +141,7 @@ CATALOGUE: tuple[Signature, ...] = (
         r"\b[0-9a-f]{2}:[0-9a-f]{2}\.0 (?:VGA compatible|3D) controller: NVIDIA Corporation.*\(rev ff\)|"
         r"nvidia \S+: AER: can't recover|NVRM: GPU [0-9a-fA-F:.]+: GPU has fallen off|"
         r"device (?:is |was )?marked unhealthy|[Mm]arking (?:it|device \S+) unhealthy|GPU requires reset|"
-        r"NVML_ERROR_GPU_IS_LOST|GPU has fallen off|Unable to determine the device handle for GPU\d+|"
-        r"NV_ERR_RESET_REQUIRED",
+        r"NVML_ERROR_GPU_IS_LOST|GPU has fallen off|Unable to determine the device handle for GPU\d+",
         "gpu_lost",
         _HW,
         transient=False,
@@ -157,8 +156,19 @@ CATALOGUE: tuple[Signature, ...] = (
             "AER",
             "unhealthy",
             "requires reset",
-            "RESET_REQ",
         ),
+    ),
+    # The driver's status for "this GPU needs a reset" comes after the error that caused it (a GSP timeout,
+    # an Xid): it waits for that cause, and alone says what NVIDIA's resolution would (reset the GPU).
+    Signature(
+        "gpu_reset_required",
+        r"NV_ERR_RESET_REQUIRED",
+        "gpu_reset_required",
+        _HW,
+        cascade=True,
+        transient=False,
+        remedy="RESET_GPU",
+        anchors=("RESET_REQ",),
     ),
     # DCGM's diagnostics table: a test failed on a GPU.
     Signature(
@@ -263,17 +273,18 @@ CATALOGUE: tuple[Signature, ...] = (
     # detected" comes with both, so the status line decides.
     Signature(
         "host_ecc",
-        r"EDAC (?:\w+ )?MC\d+: (?:\d+ )?UE |\[Hardware Error\]: .*(?:Uncorrected[ ,]|System Fatal error)",
+        r"EDAC (?:\w+ )?MC\d+: (?:\d+ )?UE |\[Hardware Error\]: .*(?:Uncorrected[ ,]|System Fatal error)|"
+        r"\b[1-9]\d* Uncorrected Errors\b|\b[1-9]\d* [Uu][Nn]corrected memory errors detected",  # edac-util, NHC
         "host_memory_ecc",
         _HW,
         kind="gpu_degraded",
         transient=False,
-        anchors=("EDAC", "Hardware Error"),
+        anchors=("EDAC", "Hardware Error", "orrected"),
     ),
     Signature(
         "host_ecc_corrected",
         r"EDAC (?:\w+ )?MC\d+: (?:\d+ )?CE |\[Hardware Error\]: .*Corrected error|Machine check events logged|"
-        r": [1-9]\d* Corrected Errors\b|\b[1-9]\d* corrected memory errors detected",  # edac-util, NHC
+        r"\b[1-9]\d* corrected memory errors detected \(limit",  # NHC, over its limit (edac-util's count is cumulative)
         "host_memory_ecc",
         _HW,
         kind="gpu_degraded",
@@ -302,7 +313,9 @@ CATALOGUE: tuple[Signature, ...] = (
         r"CUDA out of memory|OutOfMemoryError|RESOURCE_EXHAUSTED: Out of memory|Resource exhausted: Out of memory|"
         r"NCCL WARN Cuda failure '?out of memory|Failed to CUDA calloc|CUBLAS_STATUS_ALLOC_FAILED|"
         r"CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation: out of memory|HIP out of memory|"
-        r"ran out of memory (?:trying|while trying) to allocate|Allocator \(GPU_\d+_bfc\) ran out of memory|"
+        # (TF's allocator also says so when "the caller indicates that this is not a failure": a retry.)
+        r"ran out of memory (?:trying|while trying) to allocate(?!.*not a failure)|"
+        r"Allocator \(GPU_\d+_bfc\) ran out of memory(?!.*not a failure)|"
         r"OOM when allocating tensor|torch\.OutOfMemoryError|cudaMalloc (?:failed|retry failed).*out of memory|"
         r"ResourceExhaustedError.*(?:OOM|[Oo]ut of memory)|XlaRuntimeError: RESOURCE_EXHAUSTED|"
         r"RESOURCE_EXHAUSTED: (?:Failed to allocate|Attempting to (?:allocate|reserve)|Error allocating device buffer)|"
@@ -409,7 +422,7 @@ CATALOGUE: tuple[Signature, ...] = (
     # --- Network: InfiniBand / RoCE / EFA -------------------------------------------------------------------
     Signature(
         "ib_retry_exceeded",
-        r"[Tt]ransport retry count(?:er)? exceeded|retry exceeded error",
+        r"[Tt]ransport retry count(?:er)? exceeded|retry exceeded error|RETRY EXCEEDED ERROR",
         "ib_link",
         _HW,
         transient=True,
@@ -436,7 +449,9 @@ CATALOGUE: tuple[Signature, ...] = (
     # "UCX ERROR": UCX prints one for each transport it then falls back from.
     Signature(
         "ucx_transport_error",
-        r"UCX\s+ERROR .*(?:Endpoint timeout|Connection reset by remote peer|Input/output error|Remote I/O error|"
+        # (not "... will not be handled since no error callback is installed": part of a peer's normal close)
+        r"UCX\s+ERROR (?!.*no error callback is installed).*(?:Endpoint timeout|Connection reset by remote peer|"
+        r"Input/output error|Remote I/O error|"
         r"[Tt]ransport error|devx_obj_create\(QP\) failed)|"
         r"RNR retry count exceeded|Remote operation error|Failed to resolve UCX endpoint",
         "ib_link",
@@ -462,35 +477,48 @@ CATALOGUE: tuple[Signature, ...] = (
         _HW,
         transient=True,
     ),
-    # The physical link is gone (no cable, no light): the part or the cable.
+    # The kernel says the physical link went (no cable, no light, a module fault): the part or the cable.
     Signature(
         "ib_port_physical_down",
-        r"(?i:physical[_ ]state:?\s*(?:POLLING|DISABLED|LinkDown))|"
         r"Port module event(?:\[error\])?: .*(?:unplugged|[Ee]rror|overheat|power budget|[Tt]emperature)|"
         r"mlx5_core \S+: .*link down|mlx5_\d+/\d+: port \d+ (?:went )?down|insufficient power on the PCIe slot|"
-        r"check_hw_ib:\s+No IB port \S+ is ACTIVE|"  # NHC
         r"\bib\w*\d+: (?:Link|link) (?:is )?down\b",
         "ib_link",
         _HW,
         transient=True,
-        anchors=("hysical", "Port module", "mlx5", "ib", "insufficient power"),
+        anchors=("Port module", "mlx5", "ib", "insufficient power"),
     ),
-    # ibstat's "State: Down" comes before the "Physical state:" line that says whether the link itself is
-    # down (a part: above) or up without a subnet manager (the fabric's software): it waits for that line.
+    # Status dumps (ibstat, ibv_devinfo, ibdev2netdev, NHC) list every port, and a node has ports that are
+    # down by design (an unused second port, an Ethernet port without a cable, IPoIB netdevs on a pure IB
+    # fabric): what they show is told, never acted on. No light (Polling, LinkDown) points at a part;
+    # Disabled is an administrator's choice, PORT_INIT and an unassigned LID (65535) a subnet manager's,
+    # NHC's "no port ACTIVE" either.
     Signature(
-        "ib_port_state_down",
-        "^" + ENVELOPE + r"\s*State:\s*Down\s*$",
+        "ib_port_status_physical",
+        r"(?i:physical[_ ]state:?\s*(?:POLLING|LinkDown))",
+        "ib_link",
+        _HW,
+        kind="node_unhealthy",
+        severity="warning",
+        storm=1,
+        notice=True,
+        anchors=("hysical",),
+    ),
+    Signature(
+        "ib_port_status_logical",
+        r"(?i:physical[_ ]state:?\s*DISABLED)|\(Down\)\s*$|\bstate:\s+PORT_INIT\b|Base lid:\s*65535\b|"
+        r"check_hw_ib:\s+No IB port \S+ is ACTIVE",
         "ib_link",
         _SYS,
-        transient=False,
-        weak=True,
+        kind="node_unhealthy",
+        severity="warning",
+        storm=1,
+        notice=True,
     ),
-    # The port is physically up but logically down (no subnet manager, no configuration; ibv_devinfo's
-    # PORT_INIT), or the verbs layer refuses the configuration: the fabric's software, not a part.
+    # The verbs layer refuses the configuration: the fabric's software, not a part.
     Signature(
         "ib_port_logical_down",
-        r"\(Down\)\s*$|Port number \d+ state is Down|Couldn't set the link layer|"
-        r"Couldn't get context for the device|\bstate:\s+PORT_INIT\b",
+        r"Port number \d+ state is Down|Couldn't set the link layer|Couldn't get context for the device",
         "ib_link",
         _SYS,
         transient=False,
@@ -504,8 +532,8 @@ CATALOGUE: tuple[Signature, ...] = (
         # Access and protection errors are keys and registrations (software, GPUDirect set-up), not the link.
         r"[Rr]emote access error\b|Couldn't allocate MR|[Ff]ailed to create MR|ibv_reg_mr failed|"
         r"Failed status [45]: wr_id|"
-        # Open MPI's openib transport: completion queues it cannot resize or poll.
-        r"cannot resize completion queue|error polling [HL]P CQ",
+        # Open MPI's openib transport: completion queues it cannot resize or poll (the device is busy).
+        r"cannot resize completion queue|error polling [HL]P CQ with -?\d+ errno",
         "ib_link",
         _SYS,
         transient=False,
@@ -891,7 +919,7 @@ CATALOGUE: tuple[Signature, ...] = (
     # the node itself.
     Signature(
         "slurm_unkillable",
-        r"STEPD TERMINATED ON \S+ AT \S+ DUE TO JOB NOT ENDING WITH SIGNALS|\bKill task failed\b",
+        r"STEPD TERMINATED ON \S+ AT \S+ DUE TO JOB NOT ENDING WITH SIGNALS|node\(s\)=\S+: Kill task failed",
         "process_crash",
         _SYS,
         transient=False,
@@ -909,8 +937,11 @@ CATALOGUE: tuple[Signature, ...] = (
         "nan_loss",
         # The loss's own value: the gap may not run into the next metric (``grad_norm 1.03 (nan)`` is an
         # AMP running average that a skipped step made NaN, not the loss).
-        r"(?i:\bloss(?:(?!grad|norm\b)[^|]){0,40}?\b(?:nan|inf)\b|"
-        r"grad[ _]norm\W{0,3}(?:nan|inf)\b|(?<![Bb]est_)(?<![Bb]est )loss(?:\W{1,3}|[:=]?\s{1,12})(?:nan|inf)\b)|"
+        # (Not a best/min/previous loss initialised to inf, nor early stopping's "(inf --> 0.68)".)
+        r"(?i:(?<!best )(?<!min )(?<!prev )\bloss(?:(?!grad|norm\b)[^|]){0,40}?\b(?:nan|inf)\b(?! -->)|"
+        r"grad[ _]norm\W{0,3}(?:nan|inf)\b|"
+        r"(?<!best )(?<!min )(?<!prev )\b(?!(?:best|min|prev|lowest)_)\w*loss"
+        r"(?:\W{1,3}|[:=]?\s{1,12})(?:nan|inf)\b(?! -->))|"
         r"Model diverged with loss = NaN|NanLossDuringTrainingError|(?i:loss is (?:nan|inf))|"
         r"Loss became infinite or NaN|(?i:non-finite (?:loss|grad))|is non-finite|Inf/NaN|NaN/Inf|"
         r"found NaN in|returned nan values in its \d+\w\w output|"
@@ -1000,6 +1031,7 @@ FAMILIES: dict[str, str] = {
     "nccl_timeout": "nccl_timeout",
     "collective_stall": "nccl_timeout",
     "gpu_health": "gpu_xid_hardware",
+    "gpu_reset_required": "gpu_xid_hardware",
     "nccl_error": "nccl_error",
     "ib_link": "ib_link_error",
     "nic_degraded": "ib_link_error",
@@ -1048,6 +1080,7 @@ PREFILTER_WORDS: tuple[str, ...] = (
     "Attempting to allocate",
     "BAD TERMINATION",
     "BadAlloc",
+    "Base lid",
     "Bus error",
     "CONTAINED",
     "CQ state",

@@ -182,6 +182,23 @@ class CrashDetector:
         """The job went on after them: those lines were not fatal after all."""
         self._fatal_lines.clear()
 
+    def discard_weak(self, rank: int | None) -> None:
+        """``rank`` stepped on: a bare exception it printed (or one printed without a rank) and held for
+        its cause was handled — logged, retried — not fatal. Another rank's exception stays held: the
+        rank that raised it may be dead while the others take their last steps. Cascades stay held too.
+
+        >>> det = CrashDetector()
+        >>> det.observe(LogRecord(ts=5.0, job_id="7", node="n1", rank=3, line="ConnectionError: timed out"))
+        []
+        >>> det.discard_weak(rank=0); len(det.flush(60.0))
+        1
+        >>> det.observe(LogRecord(ts=70.0, job_id="7", node="n1", rank=3, line="ConnectionError: timed out"))
+        []
+        >>> det.discard_weak(rank=3); det.flush(90.0)
+        []
+        """
+        self._held = [f for f in self._held if f.cascade or (f.ranks and rank not in f.ranks)]
+
     def unclassified(self, now: float) -> list[Finding]:
         """The job stopped or ended after fatal-looking lines no signature explains: report them.
 

@@ -81,7 +81,8 @@ class HistoryAttributor:
         now = anomaly.detected_at
         evidence: list[str] = []
         layer, transient = anomaly.layer, anomaly.transient
-        if anomaly.kind in FAILURE_KINDS and anomaly.job_id is not None:
+        # A notice (what a status dump showed, a handled warning) is no failure of the node's jobs.
+        if anomaly.kind in FAILURE_KINDS and anomaly.job_id is not None and anomaly.severity == "critical":
             for node in anomaly.nodes:
                 failures = self._trim(self._node_failures.setdefault(node, deque()), now)
                 failures.append((now, anomaly.job_id))

@@ -229,6 +229,7 @@ class JobMonitor:
         if self.crash.fatal_pending:
             self.crash.discard_unclassified()  # the job went on: those lines were not fatal
             self._fatal_templates.clear()
+        self.crash.discard_weak(rank)  # ... nor was a bare exception this rank logged and handled
         found: list[Finding] = []
         if step_time is None and self._last_step_ts is not None and self._max_step >= 0:
             step_time = (ts - self._last_step_ts) / (step - self._max_step)

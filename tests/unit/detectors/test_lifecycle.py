@@ -7,6 +7,7 @@ from pathlib import Path
 import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from tests.support.paths import FIXTURES
 from trainguard.actions.executor import ActionExecutor
@@ -87,6 +88,19 @@ def test_the_hardware_fault_under_an_application_error_is_reported_and_explains_
         mon.observe(LogRecord(ts=11.0, job_id="7", node="n1", rank=1, line="CUDA error: an illegal memory access"))
         == []
     )
+
+
+@pytest.mark.parametrize(("exception_rank", "reported"), [(0, False), (None, False), (3, True)])
+def test_an_exception_the_job_logged_and_stepped_past_is_no_crash(exception_rank: int | None, reported: bool) -> None:
+    """A handled exception logged at ERROR, then the same rank steps on: nothing. Another rank's exception
+    stays: that rank may be dead while rank 0 takes its last steps."""
+    mon = JobMonitor("7")
+    _stepping(mon, 0.0, range(1, 10))
+    line = "2024-01-01 10:00:00,000 - ERROR - ConnectionError: HTTPSConnectionPool: Read timed out. Retrying."
+    found = mon.observe(LogRecord(ts=19.0, job_id="7", node="n1", rank=exception_rank, line=line))
+    found += _stepping(mon, 0.0, range(10, 20))
+    found += _tick(mon, 40.0, 60.0)
+    assert [a.category for a in found if a.kind == "crash"] == (["python_exception"] if reported else [])
 
 
 def test_a_node_that_returns_to_service_resolves_its_outage() -> None:

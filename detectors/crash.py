@@ -197,7 +197,8 @@ class CrashDetector:
         >>> det.discard_weak(rank=3); det.flush(90.0)
         []
         """
-        self._held = [f for f in self._held if f.cascade or (f.ranks and rank not in f.ranks)]
+        if self._held:  # called on every step: nothing to do almost always
+            self._held = [f for f in self._held if f.cascade or (f.ranks and rank not in f.ranks)]
 
     def unclassified(self, now: float) -> list[Finding]:
         """The job stopped or ended after fatal-looking lines no signature explains: report them.

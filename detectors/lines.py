@@ -1,4 +1,5 @@
-"""What one log line of a job says, read once: progress, a phase boundary, a rhythm, an NVRx score, a fault.
+"""What one log line of a job says, read once: progress, a phase boundary, a rhythm, an NVRx score, a fault
+(and, for a line that says nothing alone, whether it continues the line before: :func:`rejoin_wrapped`).
 
 A job monitor turns this reading into calls on its detectors; reading and reacting are
 kept apart so each can be tested alone, and so the order in which a line is tried is
@@ -19,14 +20,26 @@ Unmatched()
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
+import msgspec
+
+from trainguard.detectors.events import LogRecord
 from trainguard.detectors.hang import parse_rhythm
 from trainguard.detectors.phases import phase_marker
 from trainguard.detectors.progress_parsers import ParsedProgress, RankScore, parse_nvrx_score, parse_progress
-from trainguard.detectors.signatures import SignatureMatch, looks_fatal, match_line
+from trainguard.detectors.signatures import SignatureMatch, looks_fatal, match_line, strip_envelope
 
 _RHYTHM_HINTS = ("_interval", "_steps", "every", "val_check")
+# A wrapped line: terminals wrap at 80 columns or more, and both halves arrive together.
+WRAP_MIN_CHARS = 64
+WRAP_MAX_GAP_S = 1.0
+# How a new log record starts (so it is no continuation): NCCL's host:pid:tid [dev], a stamp, a level.
+_RECORD_HEADER = re.compile(
+    r"\S+:\d+:\d+ \[\d+\]|\[?\d{4}-\d\d-\d\d|\[?[IWEF]\d{3,4} |\[?[A-Z][a-z]{2} [ \d]\d |\[\s*\d+\.\d+\]|"
+    r"\[?(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)\b|\w+ \d{1,2} \d\d:\d\d:\d\d"
+)
 
 
 class Progress(NamedTuple):
@@ -101,3 +114,28 @@ def read_line(line: str) -> LineReading:
         if rhythm is not None:
             return Unmatched() if looks_fatal(line) else Rhythm(*rhythm)
     return Unmatched()
+
+
+def rejoin_wrapped(tail: LogRecord, rec: LogRecord) -> tuple[LogRecord, SignatureMatch] | None:
+    """A message a terminal wrapped onto two lines ("... Resource exhausted: Out " / "of memory while
+    trying to allocate"), read whole.
+
+    ``tail`` is the job's line just before ``rec``, long and unmatched; they are joined only when they
+    come from the same node and rank at the same moment and ``rec`` reads as a continuation: no record
+    header of its own (a stamp, a level, NCCL's ``host:pid:tid [dev]``), and either ``tail`` ends in a
+    space or ``rec`` starts in lower case.
+
+    >>> head = LogRecord(ts=1.0, node="n1", line="E local_client.cc:672] Execution of replica 0 failed: "
+    ...                  "Resource exhausted: Out ")
+    >>> joined, fault = rejoin_wrapped(head, LogRecord(ts=1.0, node="n1", line="of memory while trying to allocate"))
+    >>> fault.signature.category, joined.line[-38:]
+    ('oom', 'Out of memory while trying to allocate')
+    """
+    if tail.node != rec.node or tail.rank != rec.rank or abs(rec.ts - tail.ts) > WRAP_MAX_GAP_S:  # type: ignore[operator]
+        return None
+    rest = strip_envelope(rec.line)  # a launcher prefixes each line it relays, continuations too
+    if not rest or not (tail.line.endswith(" ") or rest[0].islower()) or _RECORD_HEADER.match(rest):
+        return None
+    joined = msgspec.structs.replace(rec, line=tail.line + rest)
+    fault = match_line(joined.line)
+    return None if fault is None else (joined, fault)

@@ -20,11 +20,8 @@ objects, so Bytewax can snapshot them for recovery.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 from typing import Any
-
-import msgspec
 
 from trainguard.detectors import job_states
 from trainguard.detectors.crash import CrashDetector
@@ -37,12 +34,21 @@ from trainguard.detectors.hang import HangDetector
 from trainguard.detectors.ids import GpuNames, evidence_line
 from trainguard.detectors.incidents import INCIDENT_KINDS, Incidents, resolved, to_anomaly
 from trainguard.detectors.lifecycle import JOB_ENDED, JOB_RESTARTED, NODE_RETURNED, PROGRESS_RESUMED
-from trainguard.detectors.lines import Matched, NvrxScore, NvrxSection, PhaseMarker, Progress, Rhythm, read_line
+from trainguard.detectors.lines import (
+    WRAP_MIN_CHARS,
+    Matched,
+    NvrxScore,
+    NvrxSection,
+    PhaseMarker,
+    Progress,
+    Rhythm,
+    read_line,
+    rejoin_wrapped,
+)
 from trainguard.detectors.localise import localise_hang, localise_straggler
 from trainguard.detectors.protocol import Detector, load_factory
 from trainguard.detectors.rank_scores import RankScorer
 from trainguard.detectors.settings import DetectorSettings
-from trainguard.detectors.signatures import SignatureMatch, match_line, strip_envelope
 from trainguard.detectors.straggler import StragglerDetector
 from trainguard.detectors.templates import ErrorTemplates, TemplateHit
 
@@ -53,34 +59,7 @@ RUNNING_STATES = job_states.RUNNING
 WAITING_STATES = job_states.WAITING
 FAILED_STATES = job_states.FAILED
 _log = logging.getLogger(__name__)
-# A wrapped line: terminals wrap at 80 columns or more, and both halves arrive together.
-WRAP_MIN_CHARS = 64
-WRAP_MAX_GAP_S = 1.0
-# How a new log record starts (so it is no continuation): NCCL's host:pid:tid [dev], a stamp, a level.
-_RECORD_HEADER = re.compile(
-    r"\S+:\d+:\d+ \[\d+\]|\[?\d{4}-\d\d-\d\d|\[?[IWEF]\d{3,4} |\[?[A-Z][a-z]{2} [ \d]\d |\[\s*\d+\.\d+\]|"
-    r"\[?(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)\b|\w+ \d{1,2} \d\d:\d\d:\d\d"
-)
 LOST_GPU_CHECK_S = 30.0  # GPUs report every ~10 s; looking for silent ones more often finds nothing new
-
-
-def _rejoin(tail: LogRecord, rec: LogRecord) -> tuple[LogRecord, SignatureMatch] | None:
-    """A message a terminal wrapped onto two lines ("... Resource exhausted: Out " / "of memory while
-    trying to allocate"), read whole.
-
-    ``tail`` is the job's line just before ``rec``, long and unmatched; they are joined only when they
-    come from the same node and rank at the same moment and ``rec`` reads as a continuation: no record
-    header of its own (a stamp, a level, NCCL's ``host:pid:tid [dev]``), and either ``tail`` ends in a
-    space or ``rec`` starts in lower case.
-    """
-    if tail.node != rec.node or tail.rank != rec.rank or abs(rec.ts - tail.ts) > WRAP_MAX_GAP_S:  # type: ignore[operator]
-        return None
-    rest = strip_envelope(rec.line)  # a launcher prefixes each line it relays, continuations too
-    if not rest or not (tail.line.endswith(" ") or rest[0].islower()) or _RECORD_HEADER.match(rest):
-        return None
-    joined = msgspec.structs.replace(rec, line=tail.line + rest)
-    fault = match_line(joined.line)
-    return None if fault is None else (joined, fault)
 
 
 class JobMonitor:
@@ -190,7 +169,7 @@ class JobMonitor:
                 if fault.signature.category == "nic_degraded":
                     self._nic_warnings[rec.node] = ts  # evidence for localising a slowdown, not an anomaly itself
                 return self._emit(self.crash.observe_match(rec, fault))
-        wrapped = None if tail is None else _rejoin(tail, rec)
+        wrapped = None if tail is None else rejoin_wrapped(tail, rec)
         if len(rec.line) >= WRAP_MIN_CHARS:
             self._wrap_tail = rec
         if wrapped is not None:

@@ -121,5 +121,24 @@ def corpus_cmd(
         raise fail(f"{part} is not JSON Lines of excerpts with source, text, label and layer ({what}).") from None
 
 
+@bench_app.command("learnability")
+def learnability_cmd(
+    part: Annotated[
+        list[Path] | None, typer.Argument(help="JSON Lines files of open excerpts; tune and the open fixtures if none.")
+    ] = None,
+) -> None:
+    """Whether a learned reader would catch what the catalogue misses: out-of-group scores on open excerpts."""
+    from trainguard.datasets.learnability import report
+
+    try:
+        report(part)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    except (OSError, KeyError) as exc:
+        raise fail(
+            f"could not read the excerpts ({exc}): give JSON Lines files with source, text, label, layer."
+        ) from None
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(bench_app, name="bench")

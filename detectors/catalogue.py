@@ -62,13 +62,19 @@ ENVELOPE = (
     # Atomic alternatives and bounded runs: what an envelope matched is never re-split, so a line of
     # repeated prefixes or long runs of spaces costs linear time (a plain group backtracked exponentially).
     # Logging levels: only ERROR and above (a WARNING that quotes an exception is not a crash).
-    r"(?>\s*\d{1,6}: |\[(?:rank|default)\d{1,6}\]:\s*|\[\d{1,6},\d{1,6}\]<std(?:out|err|diag)>:\s*|"
+    # Indentation comes first and once: inside the repeated group, a long run of spaces cost quadratic time.
+    r"[ \t]{0,16}(?>\s*\d{1,6}: |\[(?:rank|default)\d{1,6}\]:\s*|\[\d{1,6},\d{1,6}\]<std(?:out|err|diag)>:\s*|"
     r"\((?:[\w.-]{1,64} )?pid=\d{1,10}(?:, ip=[\d.]{1,40})?\)\s+|[a-z][\w.-]{0,62}\d: |"
     r"\d{4}-\d\d-\d\dT[\d:.]{1,24}(?:Z|[+-]\d\d:?\d\d)? std(?:out|err) [FP] |[\w.-]{1,64}\s+\| |"
     r"\[pod/[^\]]{1,200}\] |[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S{1,64} [\w./@-]{1,64}(?:\[\d{1,10}\])?: |"
     r"\[?\d{4}-\d\d-\d\d[ T][\d:.,]{1,32}\]?\s*(?:-\s*)?(?:[\w.]{1,64}\s*-\s*)?"
     r"\[?(?:ERROR|CRITICAL|FATAL)\]?\s*(?:[-:]\s*)?(?:\[[\w.]{1,64}:\d{1,6}:\w{1,64}\]\s*)?|"
-    r"(?:ERROR|CRITICAL):[\w.]{1,64}:)*"
+    r"(?:ERROR|CRITICAL):[\w.]{1,64}:|"
+    # glog / klog at E or F; Hydra's, rich's and loguru's layouts at ERROR or above.
+    r"[EF]\d{4} \d\d:\d\d:\d\d\.\d{1,9}\s{1,16}\d{1,10} [\w./-]{1,128}:\d{1,6}\] |"
+    r"\[\d{4}-\d\d-\d\d [\d:.,]{1,32}\]\[[\w.]{1,64}\]\[(?:ERROR|CRITICAL|FATAL)\] - |"
+    r"\[\d\d:\d\d:\d\d\] (?:ERROR|CRITICAL)\s{1,16}|"
+    r"\d{4}-\d\d-\d\d [\d:.]{1,32} \| (?:ERROR|CRITICAL)\s{0,16}\| [\w.:<>-]{1,128} - )*"
 )
 
 XID = "nvrm_xid"

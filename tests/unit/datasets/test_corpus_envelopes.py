@@ -1,7 +1,8 @@
 """The same failure is read the same way however it was collected.
 
 Launchers and log collectors put their own envelope in front of every line (a rank, a host,
-a container stamp, a logging level, terminal colours). Every
+a container stamp, a logging level, terminal colours), or wrap it in JSON (Docker's json-file
+driver, journald's export). Every
 real excerpt we hold, wrapped in each envelope, must give the first anomaly it gives bare:
 same kind, category and layer, or nothing.
 """
@@ -30,6 +31,15 @@ ENVELOPES: dict[str, Callable[[str, int], str]] = {
     "Python logging": lambda line, i: f"2024-05-01 12:00:{i % 60:02d},123 - train - ERROR - {line}",
     "journald": lambda line, i: f"May 01 12:00:{i % 60:02d} gpu-node-07 python[4821]: {line}",
     "coloured logger": lambda line, i: f"\x1b[1;31m{line}\x1b[0m",
+    "indented": lambda line, i: f"    {line}",
+    "Docker json-file": lambda line, i: json.dumps(
+        {"log": f"{line}\n", "stream": "stderr", "time": f"2024-05-01T12:00:{i % 60:02d}.123456789Z"}
+    ),
+    "journalctl -o json": lambda line, i: json.dumps({"MESSAGE": line, "_HOSTNAME": "gpu-node-07", "PRIORITY": "3"}),
+    "klog": lambda line, i: f"E0501 12:00:{i % 60:02d}.123456    4821 main.go:12] {line}",
+    "Hydra": lambda line, i: f"[2024-05-01 12:00:{i % 60:02d},123][__main__][ERROR] - {line}",
+    "rich": lambda line, i: f"[12:00:{i % 60:02d}] ERROR    {line}",
+    "loguru": lambda line, i: f"2024-05-01 12:00:{i % 60:02d}.123 | ERROR    | train:main:42 - {line}",
 }
 
 

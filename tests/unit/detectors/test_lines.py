@@ -94,6 +94,8 @@ ADVERSARIAL = [
     "2024-05-01 12:00:00 ERROR " * 60,
     "2024-05-01 12:00:00,123 ERROR" + " " * 8000 + "GPU Error: x",  # a long run of spaces after the level
     "2024-05-01 " + "1" * 100_000 + "!",
+    " " * 8000 + "x",  # indentation without end
+    " \t" * 4000,
 ]
 
 

@@ -58,6 +58,7 @@ from trainguard.detectors.monitor import JobMonitor, NodeMonitor
 from trainguard.detectors.routing import DEAD, Router
 from trainguard.detectors.settings import DetectorSettings
 from trainguard.detectors.shards import Heartbeat, is_broadcast, shard_of
+from trainguard.detectors.signatures import use_site_signatures
 
 # ---------------------------------------------------------------- stateful steps
 
@@ -280,6 +281,7 @@ def build_flow(
     so the watermark waits for all of them; a replay is one stream.
     """
     det = settings.detectors
+    use_site_signatures(det.signatures)  # in every process that builds the flow, before any line is read
     router_settings = copy.deepcopy(settings.router)
     router_settings.linger_s = det.linger_s
     if live and router_settings.idle_after_s is None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import re
+from typing import Annotated, Literal
 
 import msgspec
 
 from trainguard.detectors.gpu_health import GpuHealthSettings
 from trainguard.detectors.history import HistorySettings
+from trainguard.detectors.xid import NODE_REMEDIES
 
 # Ranges a config file is checked against (msgspec refuses a value outside them, naming the key).
 Seconds = Annotated[float, msgspec.Meta(ge=0)]
@@ -53,6 +55,34 @@ class CrashSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     group_window_s: Seconds = 1200.0
 
 
+class SiteSignature(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A signature of this site's own: a failure its logs print that the catalogue does not know.
+
+    Tried before the catalogue, so it can also re-blame a wording the catalogue knows. The
+    pattern is a Python regular expression searched anywhere in the line (anchor it with ``^``).
+    """
+
+    id: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+    pattern: Annotated[str, msgspec.Meta(min_length=1)]
+    category: Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9_]{1,64}$")]  # a catalogue category groups with it
+    layer: Literal["hardware", "system", "application"]
+    kind: Literal["crash", "numerics", "node_unhealthy", "gpu_degraded"] = "crash"
+    transient: bool | None = None
+    notice: bool = False  # notify only, never act (a warning this site wants to see)
+    storm: Annotated[int, msgspec.Meta(ge=0)] = 0  # this many lines within five minutes make one anomaly
+    # What the node needs, in NVIDIA's words (RESET_GPU, RESTART_BM, …: out of service; RESTART_APP: not).
+    remedy: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.remedy is not None and self.remedy not in (*sorted(NODE_REMEDIES), "RESTART_APP"):
+            known = ", ".join((*sorted(NODE_REMEDIES), "RESTART_APP"))
+            raise ValueError(f"signature {self.id!r}: remedy {self.remedy!r} is not one of {known}")
+        try:
+            re.compile(self.pattern)
+        except re.error as exc:
+            raise ValueError(f"signature {self.id!r}: pattern does not compile ({exc})") from None
+
+
 class DetectorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     hang: HangSettings = msgspec.field(default_factory=HangSettings)
     straggler: StragglerSettings = msgspec.field(default_factory=StragglerSettings)
@@ -61,5 +91,7 @@ class DetectorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     # More detectors for every job, each ``"package.module:factory"`` (detectors.protocol.Detector).
     plugins: list[str] = msgspec.field(default_factory=list)
     history: HistorySettings = msgspec.field(default_factory=HistorySettings)
+    # This site's own signatures, tried before the catalogue (docs/detectors.md, "Site signatures").
+    signatures: list[SiteSignature] = msgspec.field(default_factory=list)
     # How long a finished job's state is kept for stragglers of its telemetry.
     linger_s: Seconds = 600.0

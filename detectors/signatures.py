@@ -23,6 +23,7 @@ True
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 import ahocorasick_rs
@@ -38,6 +39,7 @@ from trainguard.detectors.catalogue import (
     XID,
     Signature,
 )
+from trainguard.detectors.settings import SiteSignature
 from trainguard.detectors.xid import xid_info
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "family_of",
     "looks_fatal",
     "match_line",
+    "use_site_signatures",
 ]
 
 
@@ -133,9 +136,48 @@ def strip_envelope(line: str) -> str:
     return line[_ENVELOPE.match(line).end() :]  # type: ignore[union-attr]  # the envelope may be empty
 
 
+_site: tuple[Signature, ...] = ()
+
+
+def use_site_signatures(signatures: Iterable[SiteSignature]) -> None:
+    """Try this site's own signatures (``detectors.signatures`` in the config) before the catalogue.
+
+    Set once per process where the flow is built from its settings; an empty list clears them.
+
+    >>> use_site_signatures([SiteSignature(id="fm-port", pattern=r"fabricmanager: port \\d+ flapped",
+    ...                                    category="ib_link", layer="hardware", transient=True)])
+    >>> m = match_line("fabricmanager: port 17 flapped")
+    >>> m.signature.id, m.signature.category, m.signature.layer
+    ('site:fm-port', 'ib_link', 'hardware')
+    >>> use_site_signatures([]); match_line("fabricmanager: port 17 flapped") is None
+    True
+    """
+    global _site
+    _site = tuple(
+        Signature(
+            f"site:{s.id}",
+            s.pattern,
+            s.category,
+            s.layer,
+            kind=s.kind,
+            transient=s.transient,
+            # A notice or a storm counts lines (a storm of one for a notice), like the catalogue's warnings.
+            severity="warning" if s.notice or s.storm else "fatal",
+            storm=max(s.storm, 1) if s.notice or s.storm else 0,
+            notice=s.notice,
+            remedy=s.remedy,
+        )
+        for s in signatures
+    )
+
+
 def match_line(line: str) -> SignatureMatch | None:
-    """The first catalogue signature matching ``line``, with extracted fields."""
+    """The first site or catalogue signature matching ``line``, with extracted fields."""
     line = clip(line)
+    if _site:
+        for sig in _site:
+            if (m := sig.regex.search(line)) is not None:
+                return SignatureMatch(sig, {k: v for k, v in m.groupdict().items() if v is not None})
     if not could_match(line):
         return None
     for sig in CATALOGUE:

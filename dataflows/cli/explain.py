@@ -23,7 +23,7 @@ from trainguard.dataflows.archive import anomaly_from_row, epoch_times, read_dat
 from trainguard.detectors.describe import summary
 from trainguard.detectors.events import Anomaly
 from trainguard.detectors.ids import quoted_line
-from trainguard.detectors.signatures import match_line
+from trainguard.detectors.signatures import match_line, use_site_signatures
 from trainguard.detectors.xid import xid_info
 
 _XID = re.compile(r"^xid_(\d+)$")
@@ -112,6 +112,7 @@ def explain(
 ) -> None:
     """Explain one anomaly: evidence, the rule that fired, NVIDIA's word on an Xid, the decisions, what next."""
     settings = settings_from(config)
+    use_site_signatures(settings.detectors.signatures)  # the rule that fired may be one of this site's
     if not (archive / "anomalies").is_dir():
         raise fail(f"{archive} holds no anomalies/ folder; pass --archive the --out directory of a replay or run.")
     rows = read_dataset(archive, "anomalies").filter(anomaly_id=anomaly_id).to_dicts()

@@ -9,6 +9,7 @@ and ranks the templates by the anomalies they appear in: the catalogue's to-do l
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -88,6 +89,32 @@ def mine_unclassified(anomalies: pl.DataFrame) -> list[TemplateRow]:
     return sorted(found.values(), key=lambda r: (-r.anomalies, -r.lines, r.template_id))
 
 
+_PLACEHOLDER = re.compile(r"<(?:\*|[A-Z]+)>")
+
+
+def site_signature(row: TemplateRow) -> str:
+    """A starting point for a site signature (``detectors.signatures`` in the config) that reads ``row``.
+
+    Each placeholder (``<NUM>``, ``<PATH>``, ``<*>`` …: one word that varies) becomes ``\\S+?``;
+    the layer is the operator's to decide.
+
+    >>> print(site_signature(TemplateRow(7, "fabricmanager: port <NUM> flapped (<*>)")))
+    - id: template-7
+      pattern: 'fabricmanager:\\ port\\ \\S+?\\ flapped\\ \\(\\S+?\\)'
+      category: site_template_7
+      layer: system  # decide: hardware | system | application
+    """
+    pattern = r"\S+?".join(re.escape(part) for part in _PLACEHOLDER.split(row.template))
+    return "\n".join(
+        [
+            f"- id: template-{row.template_id}",
+            "  pattern: '" + pattern.replace("'", "''") + "'",
+            f"  category: site_template_{row.template_id}",
+            "  layer: system  # decide: hardware | system | application",
+        ]
+    )
+
+
 def _stop(message: str) -> typer.Exit:
     err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
     return typer.Exit(1)
@@ -102,6 +129,9 @@ def templates(
     archive: Annotated[Path, typer.Argument(help="Archive directory of a replay or run (its --out).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per template (JSON Lines).")] = False,
     top: Annotated[int, typer.Option(min=1, help="Show the N templates seen in most anomalies.")] = 20,
+    signatures: Annotated[
+        bool, typer.Option("--signatures", help="Print them as site signatures to paste into the config.")
+    ] = False,
 ) -> None:
     """Mine the lines of unclassified crashes into templates: what the signature catalogue is missing."""
     if not (archive / "anomalies").is_dir():
@@ -120,6 +150,12 @@ def templates(
         err_console.print(f"{frame.height} anomalies in {archive}, and {what}: nothing to mine.")
         return
     shown = found[:top]
+    if signatures:
+        typer.echo("detectors:\n  signatures:")
+        for row in shown:
+            typer.echo(f"    # in {row.anomalies} unclassified anomalies, e.g. {row.example[:160]!r}")
+            typer.echo("\n".join("    " + line for line in site_signature(row).splitlines()))
+        return
     if as_json:
         for row in shown:
             record: dict[str, Any] = asdict(row)

@@ -12,10 +12,11 @@ from typer.testing import CliRunner
 from trainguard.cli.app import app
 from trainguard.cli.templates import TEMPLATE_EVIDENCE, mine_unclassified
 from trainguard.dataflows.archive import ParquetArchiveSink
+from trainguard.dataflows.config import load_settings
 from trainguard.datasets.microbench import FATAL, INFO, MEGATRON
 from trainguard.detectors.events import Anomaly
 from trainguard.detectors.ids import evidence_line
-from trainguard.detectors.signatures import looks_fatal
+from trainguard.detectors.signatures import looks_fatal, match_line, use_site_signatures
 from trainguard.detectors.templates import ErrorTemplates, TemplateHit, is_error_level
 
 runner = CliRunner()
@@ -264,3 +265,26 @@ def test_an_archive_without_unclassified_anomalies_has_nothing_to_mine(tmp_path:
     from trainguard.dataflows.archive import read_dataset
 
     assert mine_unclassified(read_dataset(tmp_path, "anomalies")) == []
+
+
+def test_templates_become_site_signatures_that_load_and_read_the_lines_they_came_from(tmp_path: Path):
+    lines = [
+        (3, "FATAL: shard 3 bad header in /data/shards/part-0003.bin"),
+        (1, "FATAL: shard 12 bad header in /data/shards/part-0012.bin"),
+        (2, "terminate called after throwing an instance of 'foo::Bar'"),
+    ]
+    _write_archive(tmp_path, [_unclassified("7", "node-7", 1796205600.0, lines)])
+    result = runner.invoke(app, ["templates", str(tmp_path), "--signatures"])
+    assert result.exit_code == 0, result.output
+    config = tmp_path / "site.yaml"
+    config.write_text(result.output)
+    site = load_settings(config).detectors.signatures
+    assert len(site) == 2
+    try:
+        use_site_signatures(site)
+        for _, line in lines:
+            match = match_line(line)
+            assert match is not None and match.signature.id.startswith("site:template-"), line
+        assert match_line("FATAL: shard 3 bad footer") is None
+    finally:
+        use_site_signatures([])

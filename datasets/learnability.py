@@ -70,11 +70,20 @@ class Labelled:
 
 def labelled(paths: Iterable[Path]) -> list[Labelled]:
     """Every excerpt of ``paths`` with its group and what the real flow raised on it."""
+    paths = list(paths)
+    for path in paths:
+        name = path.resolve().name  # a link or a copy's link to a held-out part is still held out
+        if name == "holdout.jsonl" or name.startswith("sealed-"):
+            raise ValueError(f"{path} is held out: learn only from tune and the open parts.")
     out = []
     for path in paths:
-        if path.name == "holdout.jsonl" or path.name.startswith("sealed-"):
-            raise ValueError(f"{path.name} is held out: learn only from tune and the open parts.")
-        for outcome in evaluate(path):
+        try:
+            outcomes = evaluate(path)
+        except (ValueError, KeyError) as exc:
+            raise ValueError(
+                f"{path} is not JSON Lines of excerpts with source, text, label and layer ({exc})."
+            ) from None
+        for outcome in outcomes:
             ex = outcome.excerpt
             group = path.stem
             if path.name == "tune.jsonl":
@@ -82,6 +91,11 @@ def labelled(paths: Iterable[Path]) -> list[Labelled]:
                 group = f"tune-{int(hashlib.sha1(repo.encode()).hexdigest(), 16) % 4}"
             first = outcome.first
             out.append(Labelled(group, ex, first and first.category, first and first.layer))
+    groups = {r.group for r in out}
+    if len(groups) < 2 or all(r.excerpt.is_fault for r in out) or not any(r.excerpt.is_fault for r in out):
+        raise ValueError(
+            "learnability needs at least two files (or tune), with both failure and healthy excerpts among them."
+        )
     return out
 
 
@@ -170,6 +184,7 @@ def layer_reader(rows: list[Labelled], l2: float = 0.0) -> LayerReader:
 
 
 def report(paths: list[Path] | None = None) -> tuple[list[FaultReaderPoint], LayerReader]:
+    """Measure both readers on ``paths`` (``tune`` and the open parts if none) and print the numbers."""
     rows = labelled(paths or open_parts())
     groups = len({r.group for r in rows})
     print(f"{len(rows)} open excerpts in {groups} groups, each scored by a model trained on the others")

@@ -172,21 +172,20 @@ def strip_ansi(line: str) -> str:
 
 # A log line wrapped in JSON by its transport (Docker's json-file driver and Fluentd put it under
 # "log", ``journalctl -o json`` under "MESSAGE"): what it says is the wrapped line. A structured
-# logger's own record (python-json-logger, structlog) is left whole, because its other fields may
-# carry the failure, except that an exception it carries is read by its last line, which names it.
+# logger's own record (python-json-logger, structlog) is left whole: its level, message and
+# exception are read together, as they were logged, and a handled warning stays a warning.
 _TRANSPORT_KEYS = ("log", "MESSAGE")
-_EXCEPTION_KEYS = ("exc_info", "exception", "stack_trace")
 _json_object = msgspec.json.Decoder(dict[str, Any])
 
 
-def unwrap_structured(line: str) -> str:
-    """The line a JSON log record wraps, or the last line of the exception it carries; else ``line``.
+def unwrap_transport(line: str) -> str:
+    """The line a transport's JSON record wraps; any other line unchanged.
 
-    >>> unwrap_structured('{"log":"Killed\\\\n","stream":"stderr","time":"2024-05-01T12:00:00Z"}')
+    >>> unwrap_transport('{"log":"Killed\\\\n","stream":"stderr","time":"2024-05-01T12:00:00Z"}')
     'Killed'
-    >>> unwrap_structured('{"message": "step failed", "exc_info": "Traceback ...\\\\nRuntimeError: CUDA error"}')
-    'RuntimeError: CUDA error'
-    >>> unwrap_structured('{"step": 10, "loss": 1.25}'), unwrap_structured("step 10 loss 1.25")
+    >>> unwrap_transport('{"levelname": "ERROR", "message": "step failed"}')
+    '{"levelname": "ERROR", "message": "step failed"}'
+    >>> unwrap_transport('{"step": 10, "loss": 1.25}'), unwrap_transport("step 10 loss 1.25")
     ('{"step": 10, "loss": 1.25}', 'step 10 loss 1.25')
     """
     stripped = line.strip()
@@ -196,10 +195,6 @@ def unwrap_structured(line: str) -> str:
         record = _json_object.decode(stripped)
     except msgspec.DecodeError:
         return line
-    for key in _EXCEPTION_KEYS:
-        text = record.get(key)
-        if type(text) is str and (lines := [x for x in text.splitlines() if x.strip()]):
-            return lines[-1]
     for key in _TRANSPORT_KEYS:
         text = record.get(key)
         if type(text) is str:
@@ -257,10 +252,10 @@ def decode(topic: str, payload: bytes | str | None, partition: int = 0, offset: 
                 reason = f"`ts` {ts!r} is outside 2000..2100; is it in milliseconds?"
             else:
                 if type(event) is LogRecord:
+                    if event.line[:1] == "{":  # unwrapped first: JSON escapes the colour codes it carries
+                        event.line = unwrap_transport(event.line)
                     if "\x1b" in event.line:
                         event.line = strip_ansi(event.line)
-                    if event.line[:1] == "{":
-                        event.line = unwrap_structured(event.line)
                 job_id = getattr(event, "job_id", None)
                 if job_id is not None and type(job_id) is not str:
                     event.job_id = str(job_id)

@@ -55,6 +55,11 @@ class CrashSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     group_window_s: Seconds = 1200.0
 
 
+_SITE_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_SITE_CATEGORY = re.compile(r"[a-z0-9_]{1,64}")
+_SITE_REMEDIES = (*sorted(NODE_REMEDIES), "RESTART_APP")
+
+
 class SiteSignature(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """A signature of this site's own: a failure its logs print that the catalogue does not know.
 
@@ -62,9 +67,9 @@ class SiteSignature(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     pattern is a Python regular expression searched anywhere in the line (anchor it with ``^``).
     """
 
-    id: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
-    pattern: Annotated[str, msgspec.Meta(min_length=1)]
-    category: Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9_]{1,64}$")]  # a catalogue category groups with it
+    id: str
+    pattern: str
+    category: str  # a catalogue category groups (and is counted) with the catalogue's
     layer: Literal["hardware", "system", "application"]
     kind: Literal["crash", "numerics", "node_unhealthy", "gpu_degraded"] = "crash"
     transient: bool | None = None
@@ -74,13 +79,22 @@ class SiteSignature(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     remedy: str | None = None
 
     def __post_init__(self) -> None:
-        if self.remedy is not None and self.remedy not in (*sorted(NODE_REMEDIES), "RESTART_APP"):
-            known = ", ".join((*sorted(NODE_REMEDIES), "RESTART_APP"))
-            raise ValueError(f"signature {self.id!r}: remedy {self.remedy!r} is not one of {known}")
+        if not _SITE_ID.fullmatch(self.id):
+            raise ValueError(f"signature id {self.id!r} must be 1 to 64 letters, digits, '.', '_' or '-'")
+        if not _SITE_CATEGORY.fullmatch(self.category):
+            raise ValueError(
+                f"signature {self.id!r}: category {self.category!r} must be 1 to 64 lower-case letters, digits or '_'"
+            )
+        if self.remedy is not None and self.remedy not in _SITE_REMEDIES:
+            raise ValueError(f"signature {self.id!r}: remedy {self.remedy!r} is not one of {', '.join(_SITE_REMEDIES)}")
         try:
-            re.compile(self.pattern)
+            compiled = re.compile(self.pattern)
         except re.error as exc:
             raise ValueError(f"signature {self.id!r}: pattern does not compile ({exc})") from None
+        if compiled.search("") is not None:
+            # Tried before the catalogue on every line: a pattern that matches nothing at all
+            # matches every line, progress included.
+            raise ValueError(f"signature {self.id!r}: pattern matches an empty line, so it would match every line")
 
 
 class DetectorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -95,3 +109,9 @@ class DetectorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     signatures: list[SiteSignature] = msgspec.field(default_factory=list)
     # How long a finished job's state is kept for stragglers of its telemetry.
     linger_s: Seconds = 600.0
+
+    def __post_init__(self) -> None:
+        ids = [s.id for s in self.signatures]
+        if len(ids) != len(set(ids)):
+            twice = sorted({i for i in ids if ids.count(i) > 1})
+            raise ValueError(f"signatures: id {twice[0]!r} is given twice; each signature needs its own id")

@@ -142,7 +142,8 @@ _site: tuple[Signature, ...] = ()
 def use_site_signatures(signatures: Iterable[SiteSignature]) -> None:
     """Try this site's own signatures (``detectors.signatures`` in the config) before the catalogue.
 
-    Set once per process where the flow is built from its settings; an empty list clears them.
+    Set for the whole process, where the flow is built from its settings (in every worker
+    process, after the fork): the last flow built decides. An empty list clears them.
 
     >>> use_site_signatures([SiteSignature(id="fm-port", pattern=r"fabricmanager: port \\d+ flapped",
     ...                                    category="ib_link", layer="hardware", transient=True)])
@@ -177,7 +178,10 @@ def match_line(line: str) -> SignatureMatch | None:
     if _site:
         for sig in _site:
             if (m := sig.regex.search(line)) is not None:
-                return SignatureMatch(sig, {k: v for k, v in m.groupdict().items() if v is not None})
+                fields = {k: v for k, v in m.groupdict().items() if v is not None}
+                if (rank := _RANK.search(line)) is not None:
+                    fields.setdefault("rank", rank[1])
+                return SignatureMatch(sig, fields)
     if not could_match(line):
         return None
     for sig in CATALOGUE:

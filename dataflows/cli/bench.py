@@ -124,14 +124,15 @@ def corpus_cmd(
 @bench_app.command("learnability")
 def learnability_cmd(
     part: Annotated[
-        list[Path] | None, typer.Argument(help="JSON Lines files of open excerpts; tune and the open fixtures if none.")
+        list[Path] | None, typer.Argument(help="tune or JSON Lines files of open excerpts; tune and the open fixtures if none.")
     ] = None,
 ) -> None:
     """Whether a learned reader would catch what the catalogue misses: out-of-group scores on open excerpts."""
+    from trainguard.datasets.corpus import excerpts_path
     from trainguard.datasets.learnability import report
 
     try:
-        report(part)
+        report([excerpts_path(str(p)) for p in part] if part else None)
     except ValueError as exc:
         raise fail(str(exc)) from None
     except (OSError, KeyError) as exc:

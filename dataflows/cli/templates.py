@@ -89,30 +89,61 @@ def mine_unclassified(anomalies: pl.DataFrame) -> list[TemplateRow]:
     return sorted(found.values(), key=lambda r: (-r.anomalies, -r.lines, r.template_id))
 
 
-_PLACEHOLDER = re.compile(r"<(?:\*|[A-Z]+)>")
+# What a placeholder of ``detectors.templates.MASKS`` stands for: one word, or a date that may
+# hold a space; ``<*>`` is a word drain3 saw vary.
+_PLACEHOLDER = re.compile(r"<(\*|[A-Z]+)>")
+_STANDS_FOR = {"DATE": r"\S+(?:[ T]\S+)?"}
+MIN_LITERAL_CHARS = 8  # fewer and the pattern would match lines it has nothing to do with
 
 
-def site_signature(row: TemplateRow) -> str:
-    """A starting point for a site signature (``detectors.signatures`` in the config) that reads ``row``.
+def site_signature(row: TemplateRow) -> str | None:
+    r"""A starting point for a site signature (``detectors.signatures`` in the config) that reads
+    ``row``'s lines, or ``None`` when the template is too vague to make one.
 
-    Each placeholder (``<NUM>``, ``<PATH>``, ``<*>`` …: one word that varies) becomes ``\\S+?``;
-    the layer is the operator's to decide.
+    Placeholders (``<NUM>``, ``<PATH>``, ``<*>`` …) become the words they stand for, runs of
+    spaces any whitespace (the miner collapsed them); the layer is the operator's to decide.
 
     >>> print(site_signature(TemplateRow(7, "fabricmanager: port <NUM> flapped (<*>)")))
     - id: template-7
-      pattern: 'fabricmanager:\\ port\\ \\S+?\\ flapped\\ \\(\\S+?\\)'
+      pattern: "fabricmanager:\\s+port\\s+\\S+?\\s+flapped\\s+\\(\\S+?\\)"
       category: site_template_7
       layer: system  # decide: hardware | system | application
+    >>> site_signature(TemplateRow(8, "<*> <NUM> <*>")) is None
+    True
     """
-    pattern = r"\S+?".join(re.escape(part) for part in _PLACEHOLDER.split(row.template))
+    template = row.template.split("…", 1)[0].strip()  # evidence is clipped: match what was kept
+    pieces = _PLACEHOLDER.split(template)
+    literals, names = pieces[0::2], pieces[1::2]
+    if sum(len(x.replace(" ", "")) for x in literals) < MIN_LITERAL_CHARS:
+        return None
+    parts = [r"\s+".join(re.escape(word) for word in literals[0].split(" "))]
+    for name, literal in zip(names, literals[1:], strict=True):
+        parts.append(_STANDS_FOR.get(name, r"\S+?"))
+        parts.append(r"\s+".join(re.escape(word) for word in literal.split(" ")))
+    pattern = "".join(parts)
     return "\n".join(
         [
             f"- id: template-{row.template_id}",
-            "  pattern: '" + pattern.replace("'", "''") + "'",
+            f"  pattern: {json.dumps(pattern)}",  # a JSON string is a YAML double-quoted scalar
             f"  category: site_template_{row.template_id}",
             "  layer: system  # decide: hardware | system | application",
         ]
     )
+
+
+def _signatures_yaml(rows: list[TemplateRow]) -> str:
+    """The site signatures of ``rows`` as YAML; a template whose pattern would not read its own
+    example line (or is too vague) is left out, with a comment that says so."""
+    out = ["detectors:", "  signatures:"]
+    for row in rows:
+        text = site_signature(row)
+        pattern = re.search(r'^  pattern: (".*")$', text, re.M) if text else None
+        if text is None or pattern is None or re.search(json.loads(pattern[1]), row.example) is None:
+            out.append(f"    # template {row.template_id} left out: no pattern reads its lines ({row.template[:80]!r})")
+            continue
+        out.append(f"    # in {row.anomalies} unclassified anomalies, e.g. {json.dumps(row.example[:160])}")
+        out += ["    " + line for line in text.splitlines()]
+    return "\n".join(out)
 
 
 def _stop(message: str) -> typer.Exit:
@@ -130,10 +161,13 @@ def templates(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per template (JSON Lines).")] = False,
     top: Annotated[int, typer.Option(min=1, help="Show the N templates seen in most anomalies.")] = 20,
     signatures: Annotated[
-        bool, typer.Option("--signatures", help="Print them as site signatures to paste into the config.")
+        bool,
+        typer.Option("--signatures", help="Print them as site signatures to paste into the config (not with --json)."),
     ] = False,
 ) -> None:
     """Mine the lines of unclassified crashes into templates: what the signature catalogue is missing."""
+    if as_json and signatures:
+        raise _stop("--json and --signatures print different things; give one of them.")
     if not (archive / "anomalies").is_dir():
         raise _stop(f"{archive} holds no anomalies/ folder; pass the --out directory of a replay or run.")
     try:
@@ -151,10 +185,7 @@ def templates(
         return
     shown = found[:top]
     if signatures:
-        typer.echo("detectors:\n  signatures:")
-        for row in shown:
-            typer.echo(f"    # in {row.anomalies} unclassified anomalies, e.g. {row.example[:160]!r}")
-            typer.echo("\n".join("    " + line for line in site_signature(row).splitlines()))
+        typer.echo(_signatures_yaml(shown))
         return
     if as_json:
         for row in shown:

@@ -35,6 +35,7 @@ ENVELOPES: dict[str, Callable[[str, int], str]] = {
     "Docker json-file": lambda line, i: json.dumps(
         {"log": f"{line}\n", "stream": "stderr", "time": f"2024-05-01T12:00:{i % 60:02d}.123456789Z"}
     ),
+    "Docker json-file, coloured": lambda line, i: json.dumps({"log": f"\x1b[1;31m{line}\x1b[0m\n", "stream": "stderr"}),
     "journalctl -o json": lambda line, i: json.dumps({"MESSAGE": line, "_HOSTNAME": "gpu-node-07", "PRIORITY": "3"}),
     "klog": lambda line, i: f"E0501 12:00:{i % 60:02d}.123456    4821 main.go:12] {line}",
     "Hydra": lambda line, i: f"[2024-05-01 12:00:{i % 60:02d},123][__main__][ERROR] - {line}",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,11 +15,27 @@ def _row(group: str, index: int, text: str, label: str, layer: str, category: st
     return Labelled(group, Excerpt(index, f"repo/{group} issue #{index}", text, label, layer), category, layer)
 
 
-def test_held_out_parts_are_refused_before_anything_is_read() -> None:
-    for name in ("holdout.jsonl", "sealed-real-logs-7a.jsonl"):
+def test_held_out_parts_are_refused_before_anything_is_read(tmp_path: Path) -> None:
+    readable = tmp_path / "open.jsonl"
+    readable.write_text("not JSON at all\n")  # were it read first, this would be the error
+    held = tmp_path / "holdout.jsonl"
+    held.write_text("")
+    (tmp_path / "renamed.jsonl").symlink_to(held)
+    for path in (held, tmp_path / "renamed.jsonl", Path("/nowhere/sealed-real-logs-7a.jsonl")):
         with pytest.raises(ValueError, match="held out"):
-            labelled([Path("/nowhere") / name])
+            labelled([readable, path])
     assert not any(p.name == "holdout.jsonl" or p.name.startswith("sealed-") for p in open_parts())
+
+
+def test_one_group_or_one_kind_of_excerpt_is_refused_in_one_sentence(tmp_path: Path) -> None:
+    healthy = tmp_path / "healthy.jsonl"
+    healthy.write_text(
+        '{"source": "a/b issue #1", "text": "step 1 loss 2.0", "label": "normal_progress", "layer": "application"}\n'
+    )
+    with pytest.raises(ValueError, match="at least two files"):
+        labelled([healthy])
+    with pytest.raises(ValueError, match="failure and healthy"):
+        labelled([healthy, Path(shutil.copy(healthy, tmp_path / "healthy-too.jsonl"))])
 
 
 def test_a_wording_learned_in_other_groups_flags_its_excerpt_and_healthy_ones_stay_below() -> None:

@@ -85,11 +85,51 @@ def _write(tmp_path: Path, text: str) -> Path:
         ("{id: x, pattern: 'p', category: ib_link, layer: hardware, remedy: REBOOT}", "remedy 'REBOOT'"),
         ("{id: 'has space', pattern: 'p', category: ib_link, layer: hardware}", "id"),
         ("{id: x, pattern: 'p', layer: hardware}", "category"),
+        ("{id: x, pattern: 'Port Flap', category: IB-link, layer: hardware}", "lower-case letters"),
+        ("{id: x, pattern: '(oops)?', category: ib_link, layer: hardware}", "matches an empty line"),
+        (
+            "{id: x, pattern: 'a', category: c, layer: system}, {id: x, pattern: 'b', category: c, layer: system}",
+            "given twice",
+        ),
     ],
 )
 def test_a_wrong_site_signature_is_one_sentence_naming_what_to_fix(tmp_path: Path, entry: str, says: str) -> None:
     with pytest.raises(ConfigError) as err:
-        load_settings(_write(tmp_path, f"detectors:\n  signatures:\n    - {entry}\n"))
+        load_settings(_write(tmp_path, f"detectors:\n  signatures: [{entry}]\n"))
     message = str(err.value)
     assert says in message and "signatures" in message
     assert message.count("\n") == 0
+
+
+def _actions(tmp_path: Path, lines: list[str], config: Path) -> tuple[list, list]:
+    replay = tmp_path / "replay"
+    replay.mkdir(parents=True)
+    records = [
+        {"ts": 1_800_000_000.0 + 10 * i, "job_id": "j1", "node": "gpu-07", "source": "app", "line": line}
+        for i, line in enumerate(lines)
+    ]
+    (replay / "logs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = replay_in_process(replay, load_settings(config))
+    return out.anomalies, out.actions
+
+
+def test_a_site_notice_is_reported_and_never_acted_on(tmp_path: Path) -> None:
+    config = _write(tmp_path, SITE)
+    found, actions = _actions(tmp_path / "notice", ["step 1 loss 2.0", "scratch quota above 95% on /lustre"], config)
+    assert [(a.kind, a.category, a.severity) for a in found] == [("node_unhealthy", "scratch_quota", "warning")]
+    assert [x.action for x in actions] == ["notify"]
+    found, actions = _actions(tmp_path / "crash", ["fabricmanager[811]: port 17 on switch sw-3 flapped"], config)
+    assert [a.category for a in found] == ["ib_link"]
+    assert {"drain_node", "requeue_job"} & {x.action for x in actions}  # a critical one of the same site: acted on
+
+
+def test_a_site_storm_needs_its_count_of_lines(tmp_path: Path) -> None:
+    config = _write(
+        tmp_path,
+        "detectors:\n  signatures:\n"
+        "    - {id: retry, pattern: 'object store retry \\d+', category: storage_retry, layer: system, storm: 3}\n",
+    )
+    two, _ = _actions(tmp_path / "two", ["object store retry 1", "object store retry 2"], config)
+    assert two == []
+    three, _ = _actions(tmp_path / "three", [f"object store retry {i}" for i in range(3)], config)
+    assert [(a.category, a.layer) for a in three] == [("storage_retry", "system")]

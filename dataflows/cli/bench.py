@@ -124,7 +124,8 @@ def corpus_cmd(
 @bench_app.command("learnability")
 def learnability_cmd(
     part: Annotated[
-        list[Path] | None, typer.Argument(help="tune or JSON Lines files of open excerpts; tune and the open fixtures if none.")
+        list[Path] | None,
+        typer.Argument(help="tune or JSON Lines files of open excerpts (default: tune and the open fixtures)."),
     ] = None,
 ) -> None:
     """Whether a learned reader would catch what the catalogue misses: out-of-group scores on open excerpts."""

@@ -491,6 +491,25 @@ def test_a_port_shown_down_by_a_status_dump_is_told_never_acted_on(line: str, la
 @pytest.mark.parametrize(
     "line",
     [
+        "        D D D D D D D D D D D D D D D D D D",  # dcgmi nvlink -s, one GPU's row
+        "|                           | GPU 0's NvLink link 0 is currently down   |",  # dcgmi diag on a PCIe GPU
+        "errorCode: DCGM_FR_NVLINK_DOWN",  # DCGM's NVLink watch, after every SXM boot too
+        "NVML: Unable to retrieve NVLink information as all links are inActive",
+        "ERROR:  nhc:  Health check failed:  check_nvlink_status: GPU 0 has nvlinks inactive:     Link 4: Inactive",
+    ],
+)
+def test_an_nvlink_status_report_is_told_never_acted_on(line: str) -> None:
+    """PCIe GPUs without NVLink report every link down, and SXM links are down while they train after a boot."""
+    m = match_line(line)
+    assert m is not None and (m.signature.category, m.signature.layer) == ("nvlink_down", "hardware")
+    assert (m.signature.notice, m.signature.kind, m.signature.remedy) == (True, "gpu_degraded", None)
+    failing = match_line("RuntimeError: CUDA error: uncorrectable NVLink error detected during the execution")
+    assert failing is not None and not failing.signature.notice  # a link that fails under a job is acted on
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
         "ucp_ep.c:1224 UCX  ERROR ep 0x7f: error 'Connection reset by remote peer' on CM lane will not be handled "
         "since no error callback is installed",  # part of a peer's normal close
         "W bfc_allocator.cc:246] Allocator (GPU_0_bfc) ran out of memory trying to allocate 34.00GiB with "

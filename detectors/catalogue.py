@@ -90,7 +90,8 @@ CATALOGUE: tuple[Signature, ...] = (
     # "Xid (PCI:0000:3b:00): 45, ... caused by previous Xid 149": the earlier Xid is the cause.
     Signature(
         XID,
-        r"\bXid \((?:PCI:)?(?P<pci>[^)]*)\):? (?P<xid>\d+)(?:.*?caused by previous Xid (?P<cause_xid>\d+))?",
+        r"\bXid \((?:PCI:)?(?P<pci>[^)]*)\):? (?P<xid>\d+)(?:, [\w ]{1,60}? (?P<xid_severity>Nonfatal) XC\d)?"
+        r"(?:.*?caused by previous Xid (?P<cause_xid>\d+))?",
         "xid",
         _HW,
     ),

@@ -202,6 +202,7 @@ def match_line(line: str) -> SignatureMatch | None:
     return None
 
 
+_NVLINK5_XIDS = frozenset(str(code) for code in range(144, 151))
 _RANK = re.compile(r"\[(?:rank|Rank )(\d{1,6})\]")
 _REFINED: dict[tuple[str, str], Signature] = {}
 
@@ -218,9 +219,13 @@ def _refine(sig: Signature, fields: dict[str, str]) -> Signature:
         if code_text is None:
             return sig
         fields["xid"] = code_text
-        key = (sig.id, code_text)
+        # NVLink 5 Xids (144-150) say themselves whether they were fatal; a Nonfatal one is told, never
+        # acted on (gpud reads them the same way). Named as the cause of a torn-down channel, it was fatal.
+        nonfatal = "xid_severity" in fields and "cause_xid" not in fields and code_text in _NVLINK5_XIDS
+        key = (sig.id, code_text + ("-nonfatal" if nonfatal else ""))
         if key not in _REFINED:
             info = xid_info(int(code_text))
+            evidence = info.evidence_only or nonfatal
             _REFINED[key] = replace(
                 sig,
                 id=f"{XID}_{info.code}" if sig.id == XID else f"{sig.id}_{info.code}",
@@ -228,13 +233,14 @@ def _refine(sig: Signature, fields: dict[str, str]) -> Signature:
                 layer=info.layer,
                 transient=info.transient,
                 cascade=info.cascade,
-                severity="warning" if info.evidence_only else "fatal",
+                severity="warning" if evidence else "fatal",
                 remedy=info.remedy,
-                # NVIDIA says to ignore it alone; a burst on one GPU is a part going bad.
-                storm=3 if info.evidence_only else 0,
+                # NVIDIA says to ignore it alone; a burst on one GPU is a part going bad. A Nonfatal NVLink
+                # error is rare on a healthy fabric: told at once.
+                storm=(1 if nonfatal else 3) if evidence else 0,
                 storm_window_s=3600.0,
-                kind="gpu_degraded" if info.evidence_only else sig.kind,
-                notice=info.evidence_only,
+                kind="gpu_degraded" if evidence else sig.kind,
+                notice=evidence,
             )
         return _REFINED[key]
     if sig.id == EXIT:

@@ -87,6 +87,25 @@ def test_ignored_xids_only_warn_in_a_burst_and_never_drain() -> None:
     assert [f.severity for s in samples for f in health.observe(s)] == ["warning"]
 
 
+def test_an_nvlink5_xid_that_says_nonfatal_is_evidence_and_a_fatal_one_is_acted_on() -> None:
+    """Xids 144-150 print their own severity (gpud reads them the same way)."""
+    nonfatal = "NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x1 0x0)"
+    fatal = "NVRM: Xid (PCI:0019:01:00): 149, NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 0x0 0x0)"
+    node = NodeMonitor("n7")
+    told = node.observe(LogRecord(ts=100.0, node="n7", source="kernel", line=nonfatal))
+    assert [(a.category, a.severity, a.layer) for a in told] == [("xid_145", "warning", "hardware")]
+    assert [x.action for x in Policy(PolicyConfig()).decide(told[0])] == ["notify"]
+    m = match_line(fatal)
+    assert m is not None and (m.signature.category, m.signature.notice, m.signature.severity) == (
+        "xid_149",
+        False,
+        "fatal",
+    )
+    # A channel torn down because of it: it was fatal to the job, whatever the first line said.
+    torn = match_line("NVRM: Xid (PCI:0000:ed:00): 45, pid=18, name=python3, Ch 0000000c caused by previous Xid 145")
+    assert torn is not None and (torn.signature.category, torn.signature.notice) == ("xid_145", False)
+
+
 def test_a_line_naming_an_earlier_xid_is_blamed_on_that_xid() -> None:
     m = match_line("NVRM: Xid (PCI:0000:9b:00): 45, pid=7, name=python, Ch 00000008 caused by previous Xid 149")
     assert m is not None and m.signature.category == "xid_149" and m.signature.remedy == "WORKFLOW_NVLINK5_ERR"

@@ -495,7 +495,7 @@ CATALOGUE: tuple[Signature, ...] = (
     # The kernel says the physical link went (no cable, no light, a module fault): the part or the cable.
     Signature(
         "ib_port_physical_down",
-        r"Port module event(?:\[error\])?: .*(?:unplugged|[Ee]rror|overheat|power budget|[Tt]emperature)|"
+        r"Port module event(?:\[error\])?: .*(?:[Ee]rror|overheat|power budget|[Tt]emperature)|"
         r"mlx5_core \S+: .*link down|mlx5_\d+/\d+: port \d+ (?:went )?down|insufficient power on the PCIe slot|"
         r"\bib\w*\d+: (?:Link|link) (?:is )?down\b",
         "ib_link",
@@ -510,14 +510,15 @@ CATALOGUE: tuple[Signature, ...] = (
     # NHC's "no port ACTIVE" either.
     Signature(
         "ib_port_status_physical",
-        r"(?i:physical[_ ]state:?\s*(?:POLLING|LinkDown))",
+        # A cable unplugged is a state too: an empty cage at boot, or a hand; a port a job used fails it loudly.
+        r"(?i:physical[_ ]state:?\s*(?:POLLING|LinkDown))|Port module event: .*Cable unplugged",
         "ib_link",
         _HW,
         kind="node_unhealthy",
         severity="warning",
         storm=1,
         notice=True,
-        anchors=("hysical",),
+        anchors=("hysical", "Port module"),
     ),
     Signature(
         "ib_port_status_logical",

@@ -471,6 +471,7 @@ def test_a_corrected_host_memory_error_is_told_and_an_uncorrected_one_takes_the_
     ("line", "layer"),
     [
         ("\t\tPhysical state: Polling", "hardware"),  # no light: a cable, a port
+        ("mlx5_core 0000:0c:00.1: Port module event: module 1, Cable unplugged", "hardware"),  # an empty cage
         ("\t\tPhysical state: Disabled", "system"),  # an administrator's choice
         ("\t\t\tstate:\t\t\tPORT_INIT (2)", "system"),  # linked, no subnet manager
         ("mlx5_0 port 1 ==> ibp26s0 (Down)", "system"),

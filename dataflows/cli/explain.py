@@ -23,7 +23,8 @@ from trainguard.dataflows.archive import anomaly_from_row, epoch_times, read_dat
 from trainguard.detectors.describe import summary
 from trainguard.detectors.events import Anomaly
 from trainguard.detectors.ids import quoted_line
-from trainguard.detectors.signatures import match_line, use_site_signatures
+from trainguard.detectors.job_states import FAILED as FAILED_STATES
+from trainguard.detectors.signatures import CATALOGUE, match_line, use_site_signatures
 from trainguard.detectors.xid import xid_info
 
 _XID = re.compile(r"^xid_(\d+)$")
@@ -60,6 +61,12 @@ def explanation(anomaly: Anomaly, actions: list[dict[str, Any]], audit: list[dic
     return out
 
 
+# What the catalogue and the scheduler's job states raise; anything else came from a site signature.
+_KNOWN_CATEGORIES = frozenset(
+    {s.category for s in CATALOGUE} | {category for category, _ in FAILED_STATES.values()} | {"unclassified"}
+)
+
+
 def _rule(anomaly: Anomaly, config: Any) -> str:
     if anomaly.kind == "hang":
         h = config.detectors.hang
@@ -74,15 +81,27 @@ def _rule(anomaly: Anomaly, config: Any) -> str:
             f"straggler rule: step time above {s.ratio:g} x the job's median for {s.consecutive} steps, "
             f"or a rank score below {s.rank_threshold:g} for {s.rank_consecutive} windows"
         )
+    matched = []
     for line in anomaly.evidence:
         if line.startswith(TEMPLATE_EVIDENCE):
             continue
         match = match_line(quoted_line(line) or line)
         if match is not None:
-            sig = match.signature
-            return f"signature {sig.id} ({sig.category}, {sig.layer}): /{sig.pattern}/ matched {line!r}"
+            matched.append((match.signature, line))
+    # The line that raised it reads as its category; others in an incident are its consequences.
+    for sig, line in sorted(matched, key=lambda m: m[0].category != anomaly.category):
+        rule = f"signature {sig.id} ({sig.category}, {sig.layer}): /{sig.pattern}/ matched {line!r}"
+        if sig.category != anomaly.category:
+            # The run read its lines otherwise: a site signature of its config (not given here) did.
+            rule += f"; the run raised {anomaly.category}: pass --config the run's config to see its rule"
+        return rule
     if anomaly.category == "unclassified":
         return "no signature: fatal-looking lines followed by the job stopping (crash/unclassified)"
+    if anomaly.kind == "crash" and anomaly.category not in _KNOWN_CATEGORIES and not anomaly.category.startswith("xid"):
+        return (
+            f"crash/{anomaly.category}: no signature of this config reads its lines; "
+            "a site signature of the run's config did (pass --config the run's config)"
+        )
     return f"{anomaly.kind}/{anomaly.category} (a detector rule; see docs/detectors.md)"
 
 

@@ -90,7 +90,7 @@ CATALOGUE: tuple[Signature, ...] = (
     # "Xid (PCI:0000:3b:00): 45, ... caused by previous Xid 149": the earlier Xid is the cause.
     Signature(
         XID,
-        r"\bXid \((?:PCI:)?(?P<pci>[^)]*)\):? (?P<xid>\d+)(?:, [\w ]{1,60}? (?P<xid_severity>Nonfatal) XC\d)?"
+        r"\bXid \((?:PCI:)?(?P<pci>[^)]*)\):? (?P<xid>\d+)(?:, (?:pid=\d+, name=[^,]{0,64}, )?[\w ]{1,60}? (?P<xid_severity>Nonfatal) XC ?\d)?"
         r"(?:.*?caused by previous Xid (?P<cause_xid>\d+))?",
         "xid",
         _HW,
@@ -235,23 +235,6 @@ CATALOGUE: tuple[Signature, ...] = (
         transient=False,
         extract=PCI,
         remedy="RESTART_BM",
-    ),
-    # NVLink status reports (dcgmi's link table, DCGM's NVLink watch, NHC, NVML's "all links are
-    # inActive") are told, never acted on: a PCIe GPU without NVLink hardware reports every link
-    # down, and SXM links are down for a while after every boot while they train (NVIDIA/NVSentinel
-    # #1481 and #1701: 214 of 288 GB200 nodes "down" in 3.5 weeks, none faulty). A link that fails
-    # under a job shows as Xid 74, an uncorrectable NVLink error or NCCL failing, all acted on.
-    Signature(
-        "nvlink_down",
-        "^" + ENVELOPE + r"\s*(?:D\s+){4,}D\s*$|(?i:nvlink.*links? (?:is |are )?(?:all )?(?:down|inactive))\b|"
-        r"NvLink link \d+ is currently down|\bDCGM_FR_NVLINK_DOWN\b",
-        "nvlink_down",
-        _HW,
-        kind="gpu_degraded",
-        severity="warning",
-        storm=1,
-        notice=True,
-        anchors=("D ", "nvlink", "NVLink", "NvLink", "NVLINK"),
     ),
     Signature(
         "cuda_contained",
@@ -427,6 +410,16 @@ CATALOGUE: tuple[Signature, ...] = (
         _APP,
         transient=False,
         anchors=("OutOfResources",),
+    ),
+    # CUDA's own word for an NVLink fault under a job (cudaErrorNvlinkUncorrectable): the link, not the code.
+    Signature(
+        "nvlink_uncorrectable",
+        r"uncorrectable NVLink error|cudaErrorNvlinkUncorrectable|CUDA_ERROR_NVLINK_UNCORRECTABLE",
+        "nvlink_error",
+        _HW,
+        transient=False,
+        remedy="WORKFLOW_NVLINK_ERR",
+        anchors=("NVLink", "Nvlink", "NVLINK"),
     ),
     Signature(
         "cuda_error",
@@ -1016,6 +1009,24 @@ CATALOGUE: tuple[Signature, ...] = (
         storm=50,
         storm_window_s=60,
     ),
+    # Late in the table, so that a line naming a real failure too (an ECC code beside it) is read as that.
+    # NVLink status reports (dcgmi's link table, DCGM's NVLink watch, NHC, NVML's "all links are
+    # inActive") are told, never acted on: a PCIe GPU without NVLink hardware reports every link
+    # down, and SXM links are down for a while after every boot while they train (NVIDIA/NVSentinel
+    # #1481 and #1701: 214 of 288 GB200 nodes "down" in 3.5 weeks, none faulty). A link that fails
+    # under a job shows as Xid 74, an uncorrectable NVLink error or NCCL failing, all acted on.
+    Signature(
+        "nvlink_down",
+        "^" + ENVELOPE + r"\s*(?:D\s+){4,}D\s*$|(?i:nvlink.*links? (?:is |are )?(?:all )?(?:down|inactive))\b|"
+        r"NvLink link \d+ is currently down|\bDCGM_FR_NVLINK_DOWN\b",
+        "nvlink_down",
+        _HW,
+        kind="gpu_degraded",
+        severity="warning",
+        storm=1,
+        notice=True,
+        anchors=("D ", "nvlink", "NVLink", "NvLink", "NVLINK"),
+    ),
     # --- Last resort: an uncaught Python exception that no signature above explains is the
     # training script's own (the history step calls it persistent on a repeat).
     Signature(
@@ -1071,6 +1082,7 @@ FAMILIES: dict[str, str] = {
     "gpu_contained_error": "gpu_xid_hardware",
     "pcie_fatal": "gpu_xid_hardware",
     "nvlink_down": "gpu_xid_hardware",
+    "nvlink_error": "gpu_xid_hardware",
     "pcie_aer": "other",
     "host_kernel": "process_crash",
     "node_fail": "gpu_xid_hardware",

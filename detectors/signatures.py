@@ -228,13 +228,14 @@ def _refine(sig: Signature, fields: dict[str, str]) -> Signature:
             evidence = info.evidence_only or nonfatal
             _REFINED[key] = replace(
                 sig,
-                id=f"{XID}_{info.code}" if sig.id == XID else f"{sig.id}_{info.code}",
+                id=(f"{XID}_{info.code}" if sig.id == XID else f"{sig.id}_{info.code}")
+                + ("_nonfatal" if nonfatal else ""),
                 category=f"xid_{info.code}",
                 layer=info.layer,
                 transient=info.transient,
                 cascade=info.cascade,
                 severity="warning" if evidence else "fatal",
-                remedy=info.remedy,
+                remedy=None if nonfatal else info.remedy,
                 # NVIDIA says to ignore it alone; a burst on one GPU is a part going bad. A Nonfatal NVLink
                 # error is rare on a healthy fabric: told at once.
                 storm=(1 if nonfatal else 3) if evidence else 0,

@@ -61,7 +61,8 @@ def explanation(anomaly: Anomaly, actions: list[dict[str, Any]], audit: list[dic
     return out
 
 
-# What the catalogue and the scheduler's job states raise; anything else came from a site signature.
+# What the catalogue and the scheduler's job states raise from log lines; a category read from log
+# lines that is none of these came from a site signature (or a detector plugin).
 _KNOWN_CATEGORIES = frozenset(
     {s.category for s in CATALOGUE} | {category for category, _ in FAILED_STATES.values()} | {"unclassified"}
 )
@@ -81,26 +82,22 @@ def _rule(anomaly: Anomaly, config: Any) -> str:
             f"straggler rule: step time above {s.ratio:g} x the job's median for {s.consecutive} steps, "
             f"or a rank score below {s.rank_threshold:g} for {s.rank_consecutive} windows"
         )
-    matched = []
-    for line in anomaly.evidence:
-        if line.startswith(TEMPLATE_EVIDENCE):
-            continue
-        match = match_line(quoted_line(line) or line)
-        if match is not None:
-            matched.append((match.signature, line))
-    # The line that raised it reads as its category; others in an incident are its consequences.
-    for sig, line in sorted(matched, key=lambda m: m[0].category != anomaly.category):
-        rule = f"signature {sig.id} ({sig.category}, {sig.layer}): /{sig.pattern}/ matched {line!r}"
-        if sig.category != anomaly.category:
-            # The run read its lines otherwise: a site signature of its config (not given here) did.
-            rule += f"; the run raised {anomaly.category}: pass --config the run's config to see its rule"
-        return rule
+    lines = [
+        (entry, quoted)
+        for entry in anomaly.evidence
+        if not entry.startswith((TEMPLATE_EVIDENCE, "scheduler: ")) and (quoted := quoted_line(entry))
+    ]
+    matched = [(m.signature, entry) for entry, quoted in lines if (m := match_line(quoted)) is not None]
+    if matched:
+        # An incident's evidence holds its consequences too: the line that reads as its category raised it.
+        sig, entry = min(matched, key=lambda m: m[0].category != anomaly.category)
+        return f"signature {sig.id} ({sig.category}, {sig.layer}): /{sig.pattern}/ matched {entry!r}"
     if anomaly.category == "unclassified":
         return "no signature: fatal-looking lines followed by the job stopping (crash/unclassified)"
-    if anomaly.kind == "crash" and anomaly.category not in _KNOWN_CATEGORIES and not anomaly.category.startswith("xid"):
+    if lines and anomaly.category not in _KNOWN_CATEGORIES and not anomaly.category.startswith("xid"):
         return (
-            f"crash/{anomaly.category}: no signature of this config reads its lines; "
-            "a site signature of the run's config did (pass --config the run's config)"
+            f"{anomaly.kind}/{anomaly.category}: no signature of this config reads its lines; a site signature "
+            "of the run's config, or a detector plugin, raised it (pass --config the run's config)"
         )
     return f"{anomaly.kind}/{anomaly.category} (a detector rule; see docs/detectors.md)"
 

@@ -506,6 +506,26 @@ def test_an_nvlink_status_report_is_told_never_acted_on(line: str) -> None:
     assert (m.signature.notice, m.signature.kind, m.signature.remedy) == (True, "gpu_degraded", None)
     failing = match_line("RuntimeError: CUDA error: uncorrectable NVLink error detected during the execution")
     assert failing is not None and not failing.signature.notice  # a link that fails under a job is acted on
+    assert (failing.signature.category, failing.signature.layer, failing.signature.transient) == (
+        "nvlink_error",
+        "hardware",
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "category"),
+    [
+        ("errors: DCGM_FR_NVLINK_DOWN Detected 1 uncorrectable ECC error", "ecc_dbe"),
+        (
+            "mlx5_port_module_event:1131:(pid 0): Port module event[error]: module 0, Cable error, High Temperature",
+            "ib_link",
+        ),
+    ],
+)
+def test_a_line_that_names_a_real_failure_beside_a_status_is_read_as_the_failure(line: str, category: str) -> None:
+    m = match_line(line)
+    assert m is not None and m.signature.category == category and not m.signature.notice
 
 
 @pytest.mark.parametrize(

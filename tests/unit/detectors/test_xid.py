@@ -95,6 +95,12 @@ def test_an_nvlink5_xid_that_says_nonfatal_is_evidence_and_a_fatal_one_is_acted_
     told = node.observe(LogRecord(ts=100.0, node="n7", source="kernel", line=nonfatal))
     assert [(a.category, a.severity, a.layer) for a in told] == [("xid_145", "warning", "hardware")]
     assert [x.action for x in Policy(PolicyConfig()).decide(told[0])] == ["notify"]
+    for other in (
+        "NVRM: Xid (PCI:0000:c5:00): 145, pid=4, name=<unknown>, RLW_SRC_TRACK Nonfatal XC0 i0 Link 17 (0x0)",
+        "NVRM: Xid (PCI:0000:c5:00): 144, SAW_MVB Nonfatal XC 00 i 00 Link 2 (0x0)",
+    ):
+        said = match_line(other)
+        assert said is not None and said.signature.notice and said.signature.remedy is None, other
     m = match_line(fatal)
     assert m is not None and (m.signature.category, m.signature.notice, m.signature.severity) == (
         "xid_149",

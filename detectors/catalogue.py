@@ -90,7 +90,9 @@ CATALOGUE: tuple[Signature, ...] = (
     # "Xid (PCI:0000:3b:00): 45, ... caused by previous Xid 149": the earlier Xid is the cause.
     Signature(
         XID,
-        r"\bXid \((?:PCI:)?(?P<pci>[^)]*)\):? (?P<xid>\d+)(?:, (?:pid=\d+, name=[^,]{0,64}, )?[\w ]{1,60}? (?P<xid_severity>Nonfatal) XC ?\d)?"
+        r"\bXid \((?:PCI:)?(?P<pci>[^)]*)\):? (?P<xid>\d+)"
+        # NVLink 5 Xids print their severity: "145, [pid=…, name=…, ]RLW_RXPIPE Nonfatal XC0 i0 Link 13".
+        r"(?:, (?:pid=\d+, name=[^,]{0,64}, )?[\w ]{1,60}? (?P<xid_severity>Nonfatal) XC ?\d)?"
         r"(?:.*?caused by previous Xid (?P<cause_xid>\d+))?",
         "xid",
         _HW,

@@ -251,11 +251,10 @@ def decode(topic: str, payload: bytes | str | None, partition: int = 0, offset: 
             if not MIN_TS <= ts <= MAX_TS:
                 reason = f"`ts` {ts!r} is outside 2000..2100; is it in milliseconds?"
             else:
-                if type(event) is LogRecord:
-                    if event.line[:1] == "{":  # unwrapped first: JSON escapes the colour codes it carries
-                        event.line = unwrap_transport(event.line)
-                    if "\x1b" in event.line:
-                        event.line = strip_ansi(event.line)
+                if type(event) is LogRecord and (line := event.line) and (line[0] == "{" or "\x1b" in line):
+                    # Unwrapped first: JSON escapes the colour codes the wrapped line carries.
+                    line = unwrap_transport(line)
+                    event.line = strip_ansi(line) if "\x1b" in line else line
                 job_id = getattr(event, "job_id", None)
                 if job_id is not None and type(job_id) is not str:
                     event.job_id = str(job_id)

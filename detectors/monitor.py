@@ -370,6 +370,9 @@ class JobMonitor:
         return self.incidents.emit(findings) if findings else []
 
 
+NOTICE_QUIET_S = 600.0  # an idle node's notice of one kind is given once in this long
+
+
 class NodeMonitor:
     """GPU health and kernel errors of one node while no job runs on it."""
 
@@ -400,7 +403,7 @@ class NodeMonitor:
             self.gpu_names.observe(event.node, event.gpu, event.pci_bus_id)
             return [self._anomaly(f, event.job_id) for f in self.health.observe(event)]
         if isinstance(event, LogRecord):
-            return [self._anomaly(f, event.job_id) for f in self.crash.observe(event)]
+            return [self._anomaly(f, event.job_id) for f in self.crash.observe(event) if not self._told_lately(f)]
         if not isinstance(event, NodeEvent):
             return []
         # Slurm prints a base state and flags: "DOWN*", "IDLE+NOT_RESPONDING", "MIXED+FAIL".
@@ -424,6 +427,22 @@ class NodeMonitor:
             down, self.down = self.down, None
             return [resolved(down, event.ts, NODE_RETURNED)]  # type: ignore[arg-type]
         return []
+
+    def _told_lately(self, f: Finding) -> bool:
+        """Whether ``f`` is a notice this node already gave within :data:`NOTICE_QUIET_S`.
+
+        A status dump prints a line per GPU or port (dcgmi's link table, ibstat): one notice tells it.
+        Within a job the incident groups them; an idle node has no incident, so it is done here.
+        """
+        if f.severity != "warning":
+            return False
+        told: dict[tuple[str, tuple[str, ...]], float] = self.__dict__.setdefault("_told", {})
+        key = (f.category, tuple(f.gpus))  # the same kind of notice about another GPU is news
+        last = told.get(key)
+        if last is not None and f.detected_at - last < NOTICE_QUIET_S:
+            return True
+        told[key] = f.detected_at
+        return False
 
     def advance(self, watermark: float) -> list[Anomaly]:
         found = self.crash.advance(watermark)

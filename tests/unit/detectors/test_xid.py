@@ -155,3 +155,20 @@ def test_nvswitch_sxids_follow_the_severity_the_driver_prints() -> None:
 def test_every_wording_an_agent_names_an_xid_in_gets_that_codes_verdict(line: str) -> None:
     m = match_line(line)
     assert m is not None and (m.signature.category, m.signature.remedy) == ("xid_79", "RESTART_BM"), line
+
+
+def test_an_idle_nodes_status_dump_is_one_notice_and_a_critical_line_is_never_held_back() -> None:
+    """dcgmi prints a link row per GPU: one notice tells it; another GPU's Xid notice, or a crash, is news."""
+    node = NodeMonitor("n7")
+    row = "        D D D D D D D D D D D D D D D D D D"
+    dump = [a for i in range(8) for a in node.observe(LogRecord(ts=100.0 + i / 100, node="n7", line=row))]
+    assert [(a.category, a.severity) for a in dump] == [("nvlink_down", "warning")]
+    later = node.observe(LogRecord(ts=100.0 + 601, node="n7", line=row))
+    assert [a.category for a in later] == ["nvlink_down"]  # ten minutes on: told again
+    nonfatal = "NVRM: Xid (PCI:0000:{}:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0)"
+    per_gpu = [
+        a for bus in ("18", "19") for a in node.observe(LogRecord(ts=800.0, node="n7", line=nonfatal.format(bus)))
+    ]
+    assert len(per_gpu) == 2
+    lost = [a for _ in range(2) for a in node.observe(LogRecord(ts=801.0, node="n7", line=_line(79)))]
+    assert [(a.category, a.severity) for a in lost] == [("xid_79", "critical")] * 2

@@ -54,9 +54,11 @@ def words(text: str) -> list[str]:
     return [w.lower() for line in text.splitlines() for w in _WORD.findall(strip_envelope(line))]
 
 
-def _reader(l2: float = 0.0) -> compose.Pipeline:
-    return feature_extraction.BagOfWords(tokenizer=words, ngram_range=(1, 2)) | linear_model.LogisticRegression(
-        optimizer=optim.SGD(0.1), l2=l2
+def _reader(l2: float = 0.0, one_of_many: bool = False) -> compose.Pipeline:
+    """Words and word pairs into a logistic regression: yes/no, or one of many classes (one vs rest)."""
+    model = linear_model.LogisticRegression(optimizer=optim.SGD(0.1), l2=l2)
+    return feature_extraction.BagOfWords(tokenizer=words, ngram_range=(1, 2)) | (
+        multiclass.OneVsRestClassifier(model) if one_of_many else model
     )
 
 
@@ -164,9 +166,7 @@ def layer_reader(rows: list[Labelled], l2: float = 0.0) -> LayerReader:
     raised = [r for r in rows if r.excerpt.is_fault and r.layer is not None]
     right = 0
     for train, test in _folds(raised):
-        model = feature_extraction.BagOfWords(tokenizer=words, ngram_range=(1, 2)) | multiclass.OneVsRestClassifier(
-            linear_model.LogisticRegression(optimizer=optim.SGD(0.1), l2=l2)
-        )
+        model = _reader(l2, one_of_many=True)
         for _ in range(EPOCHS):
             for r in train:
                 model.learn_one(f"{r.excerpt.text}\ncategory_{r.category}", r.excerpt.layer)

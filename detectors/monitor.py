@@ -387,9 +387,11 @@ class NodeMonitor:
         self.last_ts: float | None = None
         self.idle_evict_s = 3600.0
         self.down: Anomaly | None = None  # the open "node down" anomaly
+        self._told: dict[tuple[str, tuple[str, ...]], float] = {}  # notice (category, GPUs) -> when last given
 
     def __setstate__(self, state: dict[str, object]) -> None:
         state.setdefault("down", None)
+        state.setdefault("_told", {})
         self.__dict__.update(state)
 
     def observe(self, event: Event) -> list[Anomaly]:
@@ -436,12 +438,11 @@ class NodeMonitor:
         """
         if f.severity != "warning":
             return False
-        told: dict[tuple[str, tuple[str, ...]], float] = self.__dict__.setdefault("_told", {})
         key = (f.category, tuple(f.gpus))  # the same kind of notice about another GPU is news
-        last = told.get(key)
+        last = self._told.get(key)
         if last is not None and f.detected_at - last < NOTICE_QUIET_S:
             return True
-        told[key] = f.detected_at
+        self._told[key] = f.detected_at
         return False
 
     def advance(self, watermark: float) -> list[Anomaly]:

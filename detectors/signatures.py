@@ -175,16 +175,18 @@ def use_site_signatures(signatures: Iterable[SiteSignature]) -> None:
 def match_line(line: str) -> SignatureMatch | None:
     """The first site or catalogue signature matching ``line``, with extracted fields."""
     line = clip(line)
-    if _site:
-        for sig in _site:
-            if (m := sig.regex.search(line)) is not None:
-                fields = {k: v for k, v in m.groupdict().items() if v is not None}
-                if (rank := _RANK.search(line)) is not None:
-                    fields.setdefault("rank", rank[1])
-                return SignatureMatch(sig, fields)
+    site = _search(_site, line)
+    if site is not None:
+        return site
     if not could_match(line):
         return None
-    for sig in CATALOGUE:
+    found = _search(CATALOGUE, line)
+    return None if found is None else SignatureMatch(_refine(found.signature, found.fields), found.fields)
+
+
+def _search(signatures: tuple[Signature, ...], line: str) -> SignatureMatch | None:
+    """The first of ``signatures`` that matches ``line``, with the fields it and the line carry."""
+    for sig in signatures:
         if sig.anchors and not any(word in line for word in sig.anchors):
             continue
         m = sig.regex.search(line)
@@ -198,7 +200,7 @@ def match_line(line: str) -> SignatureMatch | None:
         rank = _RANK.search(line)
         if rank is not None:
             fields.setdefault("rank", rank[1])
-        return SignatureMatch(_refine(sig, fields), fields)
+        return SignatureMatch(sig, fields)
     return None
 
 

@@ -96,22 +96,18 @@ _STANDS_FOR = {"DATE": r"\S+(?:[ T]\S+)?"}
 MIN_LITERAL_CHARS = 8  # fewer and the pattern would match lines it has nothing to do with
 
 
-def site_signature(row: TemplateRow) -> str | None:
-    r"""A starting point for a site signature (``detectors.signatures`` in the config) that reads
-    ``row``'s lines, or ``None`` when the template is too vague to make one.
+def site_pattern(template: str) -> str | None:
+    r"""The regular expression that reads the lines of ``template``, or ``None`` when it is too vague.
 
     Placeholders (``<NUM>``, ``<PATH>``, ``<*>`` …) become the words they stand for, runs of
-    spaces any whitespace (the miner collapsed them); the layer is the operator's to decide.
+    spaces any whitespace (the miner collapsed them).
 
-    >>> print(site_signature(TemplateRow(7, "fabricmanager: port <NUM> flapped (<*>)")))
-    - id: template-7
-      pattern: "fabricmanager:\\s+port\\s+\\S+?\\s+flapped\\s+\\(\\S+?\\)"
-      category: site_template_7
-      layer: system  # decide: hardware | system | application
-    >>> site_signature(TemplateRow(8, "<*> <NUM> <*>")) is None
+    >>> site_pattern("fabricmanager: port <NUM> flapped (<*>)")
+    'fabricmanager:\\s+port\\s+\\S+?\\s+flapped\\s+\\(\\S+?\\)'
+    >>> site_pattern("<*> <NUM> <*>") is None
     True
     """
-    template = row.template.split("…", 1)[0].strip()  # evidence is clipped: match what was kept
+    template = template.split("…", 1)[0].strip()  # evidence is clipped: match what was kept
     pieces = _PLACEHOLDER.split(template)
     literals, names = pieces[0::2], pieces[1::2]
     if sum(len(x.replace(" ", "")) for x in literals) < MIN_LITERAL_CHARS:
@@ -120,7 +116,19 @@ def site_signature(row: TemplateRow) -> str | None:
     for name, literal in zip(names, literals[1:], strict=True):
         parts.append(_STANDS_FOR.get(name, r"\S+?"))
         parts.append(r"\s+".join(re.escape(word) for word in literal.split(" ")))
-    pattern = "".join(parts)
+    return "".join(parts)
+
+
+def site_signature(row: TemplateRow, pattern: str) -> str:
+    r"""``row`` as a site signature (``detectors.signatures`` in the config) reading ``pattern``; the
+    layer is the operator's to decide.
+
+    >>> print(site_signature(TemplateRow(7, "port <NUM> flapped"), r"port\s+\S+?\s+flapped"))
+    - id: template-7
+      pattern: "port\\s+\\S+?\\s+flapped"
+      category: site_template_7
+      layer: system  # decide: hardware | system | application
+    """
     return "\n".join(
         [
             f"- id: template-{row.template_id}",
@@ -136,13 +144,12 @@ def _signatures_yaml(rows: list[TemplateRow]) -> str:
     example line (or is too vague) is left out, with a comment that says so."""
     out = ["detectors:", "  signatures:"]
     for row in rows:
-        text = site_signature(row)
-        pattern = re.search(r'^  pattern: (".*")$', text, re.M) if text else None
-        if text is None or pattern is None or re.search(json.loads(pattern[1]), row.example) is None:
+        pattern = site_pattern(row.template)
+        if pattern is None or re.search(pattern, row.example) is None:
             out.append(f"    # template {row.template_id} left out: no pattern reads its lines ({row.template[:80]!r})")
             continue
         out.append(f"    # in {row.anomalies} unclassified anomalies, e.g. {json.dumps(row.example[:160])}")
-        out += ["    " + line for line in text.splitlines()]
+        out += ["    " + line for line in site_signature(row, pattern).splitlines()]
     return "\n".join(out)
 
 

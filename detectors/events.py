@@ -187,6 +187,8 @@ def unwrap_transport(line: str) -> str:
     '{"levelname": "ERROR", "message": "step failed"}'
     >>> unwrap_transport('{"step": 10, "loss": 1.25}'), unwrap_transport("step 10 loss 1.25")
     ('{"step": 10, "loss": 1.25}', 'step 10 loss 1.25')
+    >>> unwrap_transport('{"log": broken JSON}')  # not JSON after all: read as it was printed
+    '{"log": broken JSON}'
     """
     stripped = line.strip()
     if not (stripped.startswith("{") and stripped.endswith("}")):

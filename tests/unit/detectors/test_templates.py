@@ -256,6 +256,9 @@ def test_templates_command_missing_or_empty_archive_is_one_sentence(tmp_path: Pa
     empty = runner.invoke(app, ["templates", str(tmp_path), "--json"])
     assert empty.exit_code == 1 and "holds no anomalies" in empty.output
     assert len(empty.output.strip().splitlines()) == 1
+    both = runner.invoke(app, ["templates", str(tmp_path), "--json", "--signatures"])
+    assert both.exit_code == 1 and "give one of them" in both.output
+    assert len(both.output.strip().splitlines()) == 1
 
 
 def test_an_archive_without_unclassified_anomalies_has_nothing_to_mine(tmp_path: Path):

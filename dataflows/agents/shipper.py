@@ -7,13 +7,19 @@ between delivery and the state write re-sends that last batch). A file that shri
 truncated and is read again from the start; a file replaced under the same name (log
 rotation) is first read to its end through the open handle, then the new one from its start.
 Job id comes from ``slurm-<job>.out`` names (or ``--job``), the rank from ``srun -l`` and
-``[rankN]:`` prefixes, the timestamp from the line when it has one (else the time it was read).
+``[rankN]:`` prefixes or from torchrun's own log layout (``--log-dir D --redirects 3`` writes
+``D/<run>/attempt_<n>/<local rank>/stdout.log``), the timestamp from the line when it has one
+(else the time it was read). A path with ``*``, ``?`` or ``[`` is a glob pattern, looked at again
+on every poll: torchrun names its run folder only when the job starts, and a restart adds an
+``attempt_<n+1>``.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -25,6 +31,20 @@ from trainguard.agents.logimport import job_from_path
 from trainguard.detectors.logprefix import parse_prefix
 
 _KERNEL_HINTS = ("NVRM:", "kernel:", "SXid", "nvidia-nvswitch", "mlx5_core")
+# torchrun --log-dir: <dir>/<run id>_<suffix>/attempt_<n>/<local rank>/{stdout,stderr}.log
+_TORCHRUN_LAYOUT = re.compile(r"/attempt_\d+/(?P<rank>\d+)/(?:stdout|stderr)\.log$")
+_GLOB = re.compile(r"[*?\[]")
+
+
+def torchrun_rank(path: Path, rank_base: int = 0) -> int | None:
+    """The rank a file of torchrun's log layout belongs to: its local rank plus ``rank_base``
+    (the node's first rank: ``node_rank × nproc_per_node``; 0 on one node).
+
+    >>> torchrun_rank(Path("/logs/6d7d_bz0z/attempt_0/2/stderr.log")), torchrun_rank(Path("train.log"))
+    (2, None)
+    """
+    m = _TORCHRUN_LAYOUT.search(path.as_posix())
+    return None if m is None else rank_base + int(m["rank"])
 
 
 @dataclass
@@ -47,22 +67,36 @@ class LogTailer:
         node: str = "unknown",
         job_id: str | None = None,
         year: int | None = None,
+        rank_base: int = 0,
     ) -> None:
-        self.tails = {str(p): _Tail(Path(p)) for p in paths}
+        paths = [str(p) for p in paths]
+        self.patterns = [p for p in paths if _GLOB.search(p)]
+        self.tails = {p: _Tail(Path(p)) for p in paths if p not in self.patterns}
+        self.rank_base = rank_base
         self.state_file = state_file
         self.node = node
         self.job_id = job_id
         self.year = year or datetime.now(UTC).year
+        self._saved: dict[str, dict[str, int]] = {}
         if state_file is not None and state_file.is_file():
-            saved = json.loads(state_file.read_text())
-            for key, entry in saved.items():
-                if key in self.tails:
-                    self.tails[key].inode = entry["inode"]
-                    self.tails[key].offset = entry["offset"]
+            self._saved = json.loads(state_file.read_text())
+            for key in self._saved.keys() & self.tails.keys():
+                self._resume(self.tails[key])
+
+    def _resume(self, tail: _Tail) -> _Tail:
+        """Where the last run stopped in this file, if it shipped from it."""
+        entry = self._saved.get(str(tail.path))
+        if entry is not None:
+            tail.inode, tail.offset = entry["inode"], entry["offset"]
+        return tail
 
     def poll(self, now: Callable[[], float] = time.time) -> list[dict[str, Any]]:
         """New whole lines of every file, as log records."""
         out: list[dict[str, Any]] = []
+        for pattern in self.patterns:  # files that appeared since the last poll start at their beginning
+            for found in sorted(glob.glob(pattern, recursive=True)):
+                if found not in self.tails:
+                    self.tails[found] = self._resume(_Tail(Path(found)))
         for tail in self.tails.values():
             for line in self._read(tail):
                 out.append(self._record(tail.path, line, now()))
@@ -113,7 +147,7 @@ class LogTailer:
             "ts": parsed.ts if parsed.ts is not None else read_at,
             "job_id": self.job_id or job_from_path(path),
             "node": self.node,
-            "rank": parsed.rank,
+            "rank": parsed.rank if parsed.rank is not None else torchrun_rank(path, self.rank_base),
             "source": "kernel" if any(h in parsed.text for h in _KERNEL_HINTS) else "app",
             "line": parsed.text,
         }

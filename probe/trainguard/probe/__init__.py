@@ -13,7 +13,15 @@
 (to Kafka, or to a JSON Lines file). When the queue is full — the broker is slow or
 gone — records are dropped and counted in :attr:`ProgressProbe.dropped`: the probe
 never slows training, and a crash in it never reaches the training loop.
-Job, node and rank default to what Slurm and torchrun put in the environment.
+Job, node and rank default to what Slurm and torchrun put in the environment
+(``TRAINGUARD_JOB_ID`` first, where a launcher sets the job id itself).
+
+When nothing was sent for ``beat_s`` seconds (5 by default; 0 turns beats off), the same
+thread sends a *beat*: the last step again, with ``"beat": true``. Beats say the process is alive, not that
+it progresses: a rank blocked in a collective keeps beating (the collective releases the
+GIL), a rank that was stopped, frozen or killed does not — which is how a hang is pinned on
+it without GPU telemetry. Every record carries the process id, so a launcher's
+"pid 5109 failed" names the rank.
 """
 
 from __future__ import annotations
@@ -42,12 +50,22 @@ class ProgressProbe:
         topic: str = "progress",
         path: str | Path | None = None,
         max_queue: int = 10_000,
+        beat_s: float = 5.0,
     ) -> None:
         env = os.environ
-        self.job_id = job_id or env.get("SLURM_JOB_ID") or env.get("TORCHELASTIC_RUN_ID") or "unknown"
+        self.job_id = (
+            job_id
+            or env.get("TRAINGUARD_JOB_ID")
+            or env.get("SLURM_JOB_ID")
+            or env.get("TORCHELASTIC_RUN_ID")
+            or "unknown"
+        )
         self.node = node or env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
         self.rank = rank if rank is not None else int(env.get("RANK", env.get("SLURM_PROCID", "0")))
+        self.pid = os.getpid()
+        self.beat_s = beat_s
         self.dropped = 0
+        self._last_step = 0
         self.sent = 0
         self.errors = 0
         self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=max_queue)
@@ -76,7 +94,9 @@ class ProgressProbe:
         samples_per_s: float | None = None,
     ) -> None:
         """Report that this rank finished ``step``; returns at once."""
+        self._last_step = int(step)
         record = {"ts": time.time(), "job_id": self.job_id, "node": self.node, "rank": self.rank, "step": int(step)}
+        record["pid"] = self.pid
         for name, value in (
             ("step_time_s", step_time_s),
             ("compute_time_s", compute_time_s),
@@ -90,9 +110,23 @@ class ProgressProbe:
         except queue.Full:
             self.dropped += 1
 
+    def _beat(self) -> dict[str, Any]:
+        return {
+            "ts": time.time(),
+            "job_id": self.job_id,
+            "node": self.node,
+            "rank": self.rank,
+            "step": self._last_step,
+            "pid": self.pid,
+            "beat": True,
+        }
+
     def _send_loop(self) -> None:
         while True:
-            record = self._queue.get()
+            try:
+                record = self._queue.get(timeout=self.beat_s if self.beat_s > 0 else None)
+            except queue.Empty:  # nothing sent for beat_s: say this process is still alive
+                record = self._beat()
             if record is None:
                 break
             try:

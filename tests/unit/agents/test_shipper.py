@@ -78,3 +78,28 @@ def test_binary_junk_and_odd_bytes_are_shipped_not_fatal(tmp_path: Path):
     records = LogTailer([log]).poll(now=lambda: 1_796_210_000.0)
     assert len(records) == 3 and records[1]["line"] == "ok ✓"
     assert all(isinstance(decode("logs", __import__("msgspec").json.encode(r)), LogRecord) for r in records)
+
+
+def test_a_glob_follows_torchruns_log_layout_as_it_appears(tmp_path: Path):
+    """torchrun --log-dir D --redirects 3 names its run folder only at start; each rank's files carry its rank."""
+    pattern = str(tmp_path / "logs" / "**" / "std*.log")
+    state = tmp_path / "state.json"
+    tailer = LogTailer([pattern], state, node="n1", job_id="77")
+    assert tailer.poll() == []  # nothing there yet: waited for
+    for rank in (0, 2):
+        folder = tmp_path / "logs" / "6d7d_bz0z" / "attempt_0" / str(rank)
+        folder.mkdir(parents=True)
+        (folder / "stderr.log").write_text(f"oops from {rank}\n")
+        (folder / "stdout.log").write_text("")
+    found = tailer.poll()
+    assert sorted((r["rank"], r["line"], r["job_id"]) for r in found) == [
+        (0, "oops from 0", "77"),
+        (2, "oops from 2", "77"),
+    ]
+    tailer.commit()
+    tailer.close()
+    # A prefix the line carries itself wins over the layout; a restart resumes where it stopped.
+    with (tmp_path / "logs" / "6d7d_bz0z" / "attempt_0" / "2" / "stderr.log").open("a") as fh:
+        fh.write("[rank6]: Traceback (most recent call last):\n")
+    again = LogTailer([pattern], state, node="n1", job_id="77", rank_base=4)
+    assert [(r["rank"], r["line"]) for r in again.poll()] == [(6, "[rank6]: Traceback (most recent call last):")]

@@ -105,7 +105,7 @@ def test_st_a_rank_of_the_heavy_stage_that_slows_later_is_still_named():
         ProgressRecord(**{**_fields(r), "compute_time_s": r.compute_time_s * 1.8})
         if r.rank == 6 and r.step >= 500 and r.compute_time_s is not None
         else r
-        for r in progress_records("ST")
+        for r in progress_records("ST", bytedance("ST"))
     ]
     _, found = replay(records, "ST")
     assert [(a.category, a.severity, a.ranks) for a in found] == [
@@ -119,7 +119,10 @@ def test_st_a_rank_of_the_heavy_stage_that_slows_later_is_still_named():
 def test_st_without_stages_would_blame_the_last_stage():
     """Why the stage matters: compared as plain peers, the heavy stage's ranks look like stragglers."""
     need(bytedance("ST") / "trace-ST.parquet")
-    records = [ProgressRecord(**{**_fields(r), "pp_stage": None, "dp_rank": None}) for r in progress_records("ST")]
+    records = [
+        ProgressRecord(**{**_fields(r), "pp_stage": None, "dp_rank": None})
+        for r in progress_records("ST", bytedance("ST"))
+    ]
     _, found = replay(records, "ST")
     assert [sorted(a.ranks) for a in found if a.category == "slow_rank"] == [[6, 7]]
 

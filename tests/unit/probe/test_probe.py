@@ -68,3 +68,25 @@ def test_needs_somewhere_to_publish(monkeypatch):
     monkeypatch.delenv("TRAINGUARD_BROKERS", raising=False)
     with pytest.raises(ValueError, match="needs brokers="):
         ProgressProbe(job_id="1", node="n", rank=0)
+
+
+def test_a_quiet_rank_beats_and_every_record_names_its_process(tmp_path):
+    import os
+
+    probe = ProgressProbe(job_id="1", node="n", rank=2, path=tmp_path / "p.jsonl", beat_s=0.1)
+    probe.step(7, step_time_s=0.2)
+    time.sleep(0.45)  # blocked in a collective, say: no step, but the process lives
+    probe.close()
+    records = [decode("progress", line) for line in (tmp_path / "p.jsonl").read_bytes().splitlines()]
+    assert not records[0].beat and records[0].step == 7
+    beats = records[1:]
+    assert len(beats) >= 2 and all(r.beat and r.step == 7 for r in beats)
+    assert {r.pid for r in records} == {os.getpid()}
+
+
+def test_beats_can_be_switched_off(tmp_path):
+    probe = ProgressProbe(job_id="1", node="n", rank=0, path=tmp_path / "p.jsonl", beat_s=0)
+    probe.step(1)
+    time.sleep(0.2)
+    probe.close()
+    assert len((tmp_path / "p.jsonl").read_bytes().splitlines()) == 1

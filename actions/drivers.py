@@ -95,6 +95,11 @@ class SchedulerDriver(Protocol):
 
     def cancel_job(self, job_id: str) -> tuple[Attempt, ...]: ...
 
+    def diagnose(self, job_id: str, nodes: list[str]) -> tuple[Attempt, ...]:
+        """Ask for the job's stacks: the applied ``diagnose`` action on the actions topic is the request
+        (``collect-stacks`` answers it), so a driver calls nothing on the scheduler for it."""
+        ...
+
 
 class DryRunDriver:
     """Records what it would do and does nothing; its inventory is the one it is given."""
@@ -129,6 +134,9 @@ class DryRunDriver:
 
     def cancel_job(self, job_id: str) -> tuple[Attempt, ...]:
         return self._record("cancel_job", job_id)
+
+    def diagnose(self, job_id: str, nodes: list[str]) -> tuple[Attempt, ...]:
+        return self._record("diagnose", job_id, ",".join(nodes))
 
 
 # ---------------------------------------------------------------- configuration

@@ -37,7 +37,7 @@ from trainguard.actions.audit import AuditLog, read_entries
 from trainguard.actions.breaker import CircuitBreaker
 from trainguard.actions.checks import already_done, invalid_target, mode_for, partitions_of, shows_effect
 from trainguard.actions.commands import Attempt, CommandFailed
-from trainguard.actions.drivers import Inventory, SchedulerDriver, clean_reason
+from trainguard.actions.drivers import SAFE_JOB, SAFE_NODE, Inventory, SchedulerDriver, clean_reason
 from trainguard.actions.policy import Mode, PolicyConfig
 from trainguard.actions.records import Action
 from trainguard.actions.silences import Silence, Silences
@@ -129,6 +129,8 @@ class ActionExecutor:
         if silence is not None:
             reason = f"{action.reason}; silenced by {silence.describe()}"
             return self._finish(anomaly, action, "suppressed", reason, (), mode_for(self.config, action, anomaly, None))
+        if action.action == "diagnose":
+            return self._diagnose(anomaly, action)
         if self.driver is None:
             mode = mode_for(self.config, action, anomaly, None)
             if mode == "enforce":
@@ -155,6 +157,28 @@ class ActionExecutor:
         if mode == "monitor":
             return self._finish(anomaly, action, "recommended", action.reason, (), mode)
         return self._run(anomaly, action, inventory=inventory)
+
+    def _diagnose(self, anomaly: Anomaly, action: Action) -> Action:
+        """A stack dump request: it only reads, so it is carried out in monitor mode too. Publishing the
+        applied action on the actions topic is the request (``collect-stacks`` answers it); a driver may add
+        its own way to reach the nodes, and none calls the scheduler for it."""
+        mode = mode_for(self.config, action, anomaly, None)
+        nodes = [n for n in action.params.get("nodes", "").split(",") if n]
+        # Names from telemetry: they reach every agent, which compares them with its processes' environment.
+        bad = (
+            action.target
+            if not SAFE_JOB.match(action.target)
+            else next((n for n in nodes if not SAFE_NODE.match(n)), None)
+        )
+        if bad is not None:
+            return self._finish(anomaly, action, "failed", f"{action.reason}; refused name {bad!r}", (), mode)
+        diagnose = getattr(self.driver, "diagnose", None)
+        try:
+            attempts = diagnose(action.target, nodes) if diagnose is not None else ()
+        except CommandFailed as exc:
+            return self._finish(anomaly, action, "failed", f"{action.reason}; {exc}", exc.attempts, mode)
+        reason = f"{action.reason}; requested from the nodes' collect-stacks agents (read-only: applied in {mode} mode)"
+        return self._finish(anomaly, action, "applied", reason, attempts, mode)
 
     def _silence_for(self, anomaly: Anomaly) -> Silence | None:
         if self.silences is None:

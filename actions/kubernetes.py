@@ -142,6 +142,10 @@ class KubernetesDriver:
         )
         return tried
 
+    def diagnose(self, job_id: str, nodes: list[str]) -> tuple[Attempt, ...]:
+        # The request is the applied action on the actions topic (collect-stacks answers it): no API call.
+        return ()
+
     def _suspend(self, job_id: str, suspend: bool) -> tuple[Attempt, ...]:
         body = {"spec": {"suspend": suspend}}
         _, tried = self._call(

@@ -13,7 +13,11 @@ remediate; Mission Control's "transient faults are retried without quarantine"):
 - an application fault → hold the job (or cancel, or only notify) and never drain;
 - a straggler → notify, or drain and requeue when it is persistent and the policy
   says so; an unhealthy node with no job → drain it before a job lands there.
-- a resolution (the same anomaly published again, resolved) decides nothing new.
+- a confirmed hang of a job also asks the job's nodes for their ranks' Python stacks
+  (``diagnose``: read-only, so it is carried out in monitor mode too; see ``trainguard
+  collect-stacks``);
+- a resolution or a revision (the same anomaly published again, resolved or better
+  localised) decides nothing new.
 
 :class:`Policy` is pure and runs on event time, so a replay decides exactly what
 the live run decided. Whether a decision is *executed* (the mode of its scope,
@@ -107,14 +111,36 @@ class Policy:
         self._requeues_per_cause: Counter[tuple[str, str]] = Counter()
 
     def decide(self, anomaly: Anomaly) -> list[Action]:
-        """The actions this anomaly calls for, budgets and cooldowns applied (none for a resolution)."""
-        if anomaly.resolved_at is not None:
+        """The actions this anomaly calls for, budgets and cooldowns applied (none for a resolution
+        or a revision: what was decided when it opened stands, and must not spend a budget twice)."""
+        if anomaly.resolved_at is not None or anomaly.revised_at is not None:
             return []
         return [self._limit(anomaly, action) for action in self._rules(anomaly)]
 
     # ------------------------------------------------------------ rules
 
     def _rules(self, anomaly: Anomaly) -> list[Action]:
+        out = self._remedies(anomaly)
+        if anomaly.kind == "hang" and anomaly.severity == "critical" and anomaly.job_id is not None:
+            # Where a hang sits is in its ranks' stacks: ask the nodes' agents (named: the suspects;
+            # every node running the job answers, since the healthy ranks are the comparison). First,
+            # so the request is out before a requeue ends the processes.
+            why = f"trainguard: {anomaly.kind}/{anomaly.category} ({anomaly.anomaly_id}): dump the ranks' stacks"
+            out.insert(
+                0,
+                Action(
+                    action_id=action_id(anomaly.anomaly_id, "diagnose", anomaly.job_id),
+                    anomaly_id=anomaly.anomaly_id,
+                    decided_at=anomaly.detected_at,
+                    action="diagnose",
+                    target=anomaly.job_id,
+                    params={"nodes": ",".join(anomaly.nodes)},
+                    reason=why,
+                ),
+            )
+        return out
+
+    def _remedies(self, anomaly: Anomaly) -> list[Action]:
         rules = self.config.rules
         why = f"{anomaly.kind}/{anomaly.category} ({anomaly.anomaly_id})"
         if anomaly.remedy:

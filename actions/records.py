@@ -14,7 +14,10 @@ from trainguard.detectors.events import SCHEMA_VERSION
 
 __all__ = ["Action", "ActionName", "Mode", "Status"]
 
-ActionName = Literal["drain_node", "resume_node", "requeue_job", "hold_job", "release_job", "cancel_job", "notify"]
+# ``diagnose``: ask a job's nodes for its ranks' Python stacks (read-only: carried out in every mode).
+ActionName = Literal[
+    "drain_node", "resume_node", "requeue_job", "hold_job", "release_job", "cancel_job", "notify", "diagnose"
+]
 Mode = Literal["monitor", "enforce"]
 Status = Literal["recommended", "applied", "failed", "suppressed", "rejected"]
 

@@ -79,6 +79,10 @@ class SlurmDriver:
     def cancel_job(self, job_id: str) -> tuple[Attempt, ...]:
         return self.runner.run(["scancel", job_id]).attempts
 
+    def diagnose(self, job_id: str, nodes: list[str]) -> tuple[Attempt, ...]:
+        # The request is the applied action on the actions topic (collect-stacks answers it): no Slurm command.
+        return ()
+
     def _wait_released(self, hostlist: str) -> tuple[Attempt, ...]:
         if not hostlist:
             return ()

@@ -29,10 +29,21 @@ import pyarrow.parquet as pq
 from bytewax.outputs import FixedPartitionedSink, StatefulSinkPartition
 
 from trainguard.actions.records import Action
-from trainguard.detectors.events import Anomaly, DeadLetter
+from trainguard.detectors.events import Anomaly, DeadLetter, StackGroup
 from trainguard.detectors.lifecycle import latest_records
 
 _TS = pa.timestamp("us", tz="UTC")
+_STACK_GROUP = pa.struct(
+    [
+        ("ranks", pa.list_(pa.int64())),
+        ("nodes", pa.list_(pa.string())),
+        ("processes", pa.int64()),
+        ("where", pa.string()),
+        ("frames", pa.list_(pa.string())),
+        ("state", pa.string()),
+        ("outlier", pa.bool_()),
+    ]
+)
 
 SCHEMAS: dict[str, pa.Schema] = {
     "anomalies": pa.schema(
@@ -59,6 +70,10 @@ SCHEMAS: dict[str, pa.Schema] = {
             # Since 0.2.
             ("summary", pa.string()),
             ("runbook_url", pa.string()),
+            # Since schema version 3: who named the culprit, the ranks' stack groups, when revised.
+            ("localisation", pa.string()),
+            ("stack_groups", pa.list_(_STACK_GROUP)),
+            ("revised_at", _TS),
         ]
     ),
     "actions": pa.schema(
@@ -87,7 +102,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ]
     ),
 }
-_TIME_FIELDS = {"detected_at", "onset_ts", "decided_at", "applied_at", "received_at", "ts", "resolved_at"}
+_TIME_FIELDS = {"detected_at", "onset_ts", "decided_at", "applied_at", "received_at", "ts", "resolved_at", "revised_at"}
 _DATE_FIELD = {"anomalies": "detected_at", "actions": "decided_at", "dead_letter": "received_at"}
 
 
@@ -114,6 +129,8 @@ def _row(dataset: str, item: Anomaly | Action | DeadLetter) -> dict[str, Any]:
         row["received_at"] = time.time()
     if dataset == "actions":
         row["params"] = list(row["params"].items())
+    if dataset == "anomalies":
+        row["stack_groups"] = [msgspec.structs.asdict(g) for g in row["stack_groups"]]
     for name in _TIME_FIELDS & row.keys():
         if row[name] is not None:
             row[name] = datetime.fromtimestamp(row[name], UTC)
@@ -131,7 +148,10 @@ def epoch_times(row: dict[str, Any]) -> dict[str, Any]:
 def anomaly_from_row(row: dict[str, Any]) -> Anomaly:
     """The :class:`Anomaly` an archived row was written from."""
     fields = set(Anomaly.__struct_fields__)
-    return Anomaly(**{k: v for k, v in epoch_times(dict(row)).items() if k in fields and v is not None})
+    values = {k: v for k, v in epoch_times(dict(row)).items() if k in fields and v is not None}
+    if "stack_groups" in values:
+        values["stack_groups"] = msgspec.convert(values["stack_groups"], list[StackGroup])
+    return Anomaly(**values)
 
 
 def write_atomically(table: pa.Table, path: Path) -> None:

@@ -27,6 +27,10 @@ from trainguard.dataflows.records import RawRecord
 from trainguard.dataflows.replay import merged_records
 from trainguard.detectors.events import TOPICS, Anomaly, DeadLetter
 
+# Streams whose records come only when asked for (stack dumps answer a diagnose): empty most of the
+# time, so the clock does not wait for them at the start; a partition joins the clock when it delivers.
+ON_REQUEST = frozenset({"stacks"})
+
 
 class InputTopics(NamedTuple):
     topics: list[str]  # Kafka topic names to consume
@@ -57,7 +61,8 @@ def check_topics(settings: KafkaSettings, timeout_s: float = 10.0) -> InputTopic
         name = settings.topic_for(stream)
         if name in metadata:
             topics.append(name)
-            partitions += [f"{stream}/{p}" for p in sorted(metadata[name].partitions)]
+            if stream not in ON_REQUEST:
+                partitions += [f"{stream}/{p}" for p in sorted(metadata[name].partitions)]
     if not topics:
         wanted = ", ".join(settings.topic_for(t) for t in TOPICS)
         raise ConfigError(

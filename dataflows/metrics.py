@@ -84,6 +84,8 @@ def count_anomalies(items: Iterable[Any]) -> None:
     false_alarms: Tally[tuple[str, ...]] = Tally()
     for a in items:
         if a.resolved_at is None:
+            if a.revised_at is not None:
+                continue  # an open anomaly published again, better localised: not a new one
             opened[(a.kind,)] += 1
             if a.category == "unclassified":
                 UNCLASSIFIED.inc()

@@ -7,7 +7,7 @@ version's fingerprint never changes: when an output record changes shape and
 ``tests/unit/dataflows/test_contract.py`` fails, so a consumer never meets a new shape under an old number.
 
 >>> sorted(RECORDS)
-['action', 'anomaly', 'dead_letter', 'gpu', 'logs', 'progress', 'scheduler']
+['action', 'anomaly', 'dead_letter', 'gpu', 'logs', 'progress', 'scheduler', 'stacks']
 >>> schema("anomaly")["$defs"]["Anomaly"]["properties"]["schema_version"]["default"] == SCHEMA_VERSION
 True
 """
@@ -32,6 +32,7 @@ from trainguard.detectors.events import (
     LogRecord,
     NodeEvent,
     ProgressRecord,
+    StacksRecord,
 )
 
 __all__ = ["RECORDS", "ContractChanged", "fingerprint", "schema", "write"]
@@ -44,6 +45,7 @@ RECORDS: dict[str, Any] = {
     "progress": ProgressRecord,
     "gpu": GpuSample,
     "scheduler": JobEvent | NodeEvent,
+    "stacks": StacksRecord,
     "anomaly": Anomaly,
     "action": Action,
     "dead_letter": DeadLetter,

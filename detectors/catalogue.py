@@ -740,6 +740,9 @@ CATALOGUE: tuple[Signature, ...] = (
         "process_crash",
         _SYS,
         cascade=True,
+        # torchelastic: "failed (exitcode: -9) local_rank: 2 (pid: 5109) of binary ..." — the process id
+        # names the rank once the rank's probe has reported it (its records carry their pid).
+        extract=r"(?:local_rank:\s*(?P<local_rank>\d+)\s+)?\(pid:\s*(?P<pid>\d+)\)",
     ),
     Signature(
         "elastic_child_failed",

@@ -173,6 +173,17 @@ class CrashDetector:
             return []
         return self.flush(self._held[0].onset_ts + self.cascade_hold_s)
 
+    def discard_held(self) -> None:
+        """The job is being stopped on request: what was held is the shutdown's noise, not a fault."""
+        self._held.clear()
+        self._clear_overflow()
+        self._fatal_lines.clear()
+
+    @property
+    def holding(self) -> bool:
+        """Cascade lines (or a bare exception) wait for their root cause."""
+        return bool(self._held)
+
     @property
     def fatal_pending(self) -> bool:
         """Fatal-looking lines no signature explained are waiting (see :meth:`unclassified`)."""

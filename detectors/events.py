@@ -35,7 +35,8 @@ MAX_RECORD_BYTES = 256 * 1024
 MIN_TS = 946_684_800.0  # 2000-01-01T00:00:00Z
 MAX_TS = 4_102_444_800.0  # 2100-01-01T00:00:00Z
 
-TOPICS: tuple[str, ...] = ("logs", "progress", "gpu", "scheduler")
+# "stacks" last: the router breaks timestamp ties by topic index, and the older topics keep theirs.
+TOPICS: tuple[str, ...] = ("logs", "progress", "gpu", "scheduler", "stacks")
 
 
 class _Record(msgspec.Struct, kw_only=True, gc=False):
@@ -69,6 +70,11 @@ class ProgressRecord(_Record, kw_only=True):
     # stage are peers; a whole stage slower than the others is a partitioning property.
     dp_rank: int | None = None
     pp_stage: int | None = None
+    # The probe's own thread beats every few seconds, step or no step (``beat``: this record is
+    # one, and ``step`` repeats the last step reported): a rank whose beats stop while its peers'
+    # go on is a frozen or dead process. ``pid`` lets a launcher's "pid 5109 failed" name the rank.
+    beat: bool = False
+    pid: int | None = None
 
 
 class GpuSample(_Record, kw_only=True):
@@ -108,7 +114,45 @@ class NodeEvent(_Record, tag_field="kind", tag="node", kw_only=True):
     job_id: str | None = None
 
 
-Event = LogRecord | ProgressRecord | GpuSample | JobEvent | NodeEvent
+class StackFrame(msgspec.Struct, kw_only=True, gc=False):
+    """One frame of a Python stack, as py-spy reports it (no locals, no addresses)."""
+
+    name: str
+    filename: str = ""
+    line: int | None = None
+
+
+class ThreadStack(msgspec.Struct, kw_only=True, gc=False):
+    """One thread of a dumped process; ``frames`` innermost first. ``tid``: the OS thread id (the
+    main thread's is the process id)."""
+
+    name: str | None = None
+    tid: int | None = None
+    active: bool | None = None
+    owns_gil: bool | None = None
+    frames: list[StackFrame] = []
+
+
+class StacksRecord(_Record, kw_only=True):
+    """One process of a job, dumped by ``trainguard collect-stacks`` (py-spy) on its node.
+
+    ``state``: the process state the kernel reports (``running``, ``sleeping``, ``disk``,
+    ``stopped``, ``zombie``), or ``gone`` when the rank was expected on the node and no process
+    has it. ``error``: why it could not be dumped (then ``threads`` is empty). ``request``: the
+    ``diagnose`` action this dump answers, if any.
+    """
+
+    job_id: str | int
+    node: str
+    rank: int | None = None
+    pid: int | None = None
+    state: str | None = None
+    threads: list[ThreadStack] = []
+    error: str | None = None
+    request: str | None = None
+
+
+Event = LogRecord | ProgressRecord | GpuSample | JobEvent | NodeEvent | StacksRecord
 
 
 class DeadLetter(msgspec.Struct, kw_only=True, gc=False):
@@ -127,6 +171,7 @@ _TYPES: dict[str, Any] = {
     "progress": ProgressRecord,
     "gpu": GpuSample,
     "scheduler": JobEvent | NodeEvent,
+    "stacks": StacksRecord,
 }
 
 
@@ -153,6 +198,7 @@ _DECODERS: dict[str, msgspec.json.Decoder] = {
     "progress": msgspec.json.Decoder(ProgressRecord),
     "gpu": msgspec.json.Decoder(GpuSample),
     "scheduler": msgspec.json.Decoder(JobEvent | NodeEvent),
+    "stacks": msgspec.json.Decoder(StacksRecord),
 }
 
 
@@ -289,7 +335,7 @@ def _lenient(topic: str, raw: bytes) -> Event:
 
 # The output contract's version: bumped whenever an output record changes shape or meaning
 # (docs/schemas/ holds the JSON Schema of every version's records; a test checks both).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: localisation, stack_groups and revised_at on anomalies; the diagnose action
 
 Kind = Literal["crash", "hang", "straggler", "imbalance", "numerics", "gpu_degraded", "node_unhealthy"]
 Layer = Literal["hardware", "system", "application", "unknown"]
@@ -297,6 +343,23 @@ Severity = Literal["info", "warning", "critical"]
 # Categories are open-ended (the signature catalogue grows; every Xid code has its own), so
 # they are a pattern, not a list: lowercase words and digits.
 Category = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9_]+$")]
+
+
+class StackGroup(msgspec.Struct, kw_only=True, gc=False):
+    """Ranks whose Python stacks read the same (see :mod:`detectors.stacks`).
+
+    ``where``: the stack in a few words (``all_reduce ← train_step ← main``); ``frames``: a
+    representative stack, innermost first, a few frames; ``state``: ``stopped``, ``gone`` or
+    ``zombie`` when the processes are not merely waiting; ``outlier``: this group is blamed.
+    """
+
+    ranks: list[int] = []
+    nodes: list[str] = []
+    processes: int = 0
+    where: str = ""
+    frames: list[str] = []
+    state: str | None = None
+    outlier: bool = False
 
 
 class Anomaly(msgspec.Struct, kw_only=True, gc=False):
@@ -307,6 +370,11 @@ class Anomaly(msgspec.Struct, kw_only=True, gc=False):
     returned to service). Consumers keep the latest record per id. ``severity``: only
     ``critical`` anomalies are acted on; ``warning`` and ``info`` ones are notified at most.
     ``remedy``: what the node needs when known (NVIDIA's vocabulary for Xids).
+
+    ``localisation``: what named ``ranks``/``nodes`` when a detector's own view could not
+    (``stacks``: the ranks' Python stacks; ``heartbeats``, ``progress``), ``None`` otherwise.
+    A hang is published again, still open, when its ranks' stacks arrive (``revised_at`` set,
+    ``stack_groups`` filled): a revision, not a new anomaly.
     """
 
     anomaly_id: str
@@ -328,6 +396,9 @@ class Anomaly(msgspec.Struct, kw_only=True, gc=False):
     resolution: str | None = None
     summary: str = ""  # one line for people (see detectors.describe)
     runbook_url: str | None = None
+    localisation: str | None = None
+    stack_groups: list[StackGroup] = []
+    revised_at: float | None = None
     schema_version: int = SCHEMA_VERSION
 
     @property

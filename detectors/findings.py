@@ -50,6 +50,9 @@ class Finding:
     signature: str = ""
     severity: str = "critical"
     remedy: str | None = None
+    # How the culprit was named, when it was ("heartbeats", "progress", "stacks", "gpu"): a reader
+    # weighs "rank 2 stopped beating" differently from "rank 2's last step was older".
+    localisation: str | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -22,6 +22,11 @@ the dataloader). Then, in order:
   culprit: that is rank 0 writing a checkpoint while its peers wait in a barrier.
 - **Logs only** (no GPU telemetry): conservative at an expected pause step, the
   normal deadline otherwise.
+- **A pause that ended is no longer a pause**: once the pause at the last step has
+  ended (its finish line — torchtitan's "Finished saving the checkpoint … in 184.37
+  seconds", Megatron's "successfully saved checkpoint", a save timer), the
+  expected-pause allowance is spent for that step; the normal deadline runs from the
+  end of the pause, so a job that hangs right after its checkpoint is reported.
 
 >>> det = HangDetector(floor_s=55, warmup_steps=2)
 >>> for step in range(1, 6):
@@ -100,10 +105,17 @@ class HangDetector:
         self._fired = False
         self.rhythm: dict[str, int] = {}  # printed intervals
         self._pause_steps: deque[int] = deque(maxlen=16)  # steps after which a benign pause happened
+        self._ended_step: int | None = None  # the step after which a pause ran and ended (its allowance is spent)
 
     def __setstate__(self, state: dict[str, object]) -> None:
         # Snapshots of earlier versions resume.
-        defaults = {"busy_grace_s": 600.0, "confirm_s": 15.0, "rhythm": {}, "_pause_steps": deque(maxlen=16)}
+        defaults = {
+            "busy_grace_s": 600.0,
+            "confirm_s": 15.0,
+            "rhythm": {},
+            "_pause_steps": deque(maxlen=16),
+            "_ended_step": None,
+        }
         for name, value in defaults.items():
             state.setdefault(name, value)
         state.setdefault("_deltas", deque(maxlen=50))
@@ -142,12 +154,37 @@ class HangDetector:
         return True
 
     def observe_phase(self, ts: float, starts: bool) -> None:
+        """A checkpoint/evaluation starts or ends (:func:`detectors.phases.phase_marker`).
+
+        An end measures the next stall from the end of the pause and spends the pause allowance
+        of the step it followed: a pause that ended is no longer a pause. Step 500 is a multiple
+        of the save interval, the save takes 184 s; stalling after its finish line is a hang at
+        the normal deadline, not 15 minutes later.
+
+        >>> det = HangDetector(floor_s=55, warmup_steps=2)
+        >>> det.observe_rhythm("save_interval", 500)
+        >>> for step in range(491, 501):
+        ...     _ = det.observe_progress(ts=1000.0 + step, step=step, rank=0, node="n1")
+        >>> det.deadline() - 1500.0  # stalled at step 500: a save is due, 15 minutes
+        900.0
+        >>> det.observe_phase(1500.5, starts=True)
+        >>> det.observe_phase(1684.4, starts=False)  # "Finished saving the checkpoint ... in 183.90 seconds."
+        >>> det.expected_pause() is None, det.deadline() - 1684.4
+        (True, 55.0)
+        """
         if starts:
             self._pause_since = ts
         elif self._pause_since is not None:
             self._pause_since = None
             # The pause is over: measure the next stall from its end.
             self._last_advance = max(ts, self._last_advance or ts)
+            self._ended_step = self._step
+        elif self._last_advance is not None and ts >= self._last_advance + max(2.0, self.interval() or 0.0):
+            # An end whose start was not seen (a framework that prints only the end, a lost line): the job
+            # was busy until now after its last step, and that pause is over too. An end printed while the
+            # job steps on (an async save finishing in the background) changes nothing.
+            self._last_advance = ts
+            self._ended_step = self._step
 
     def observe_rhythm(self, name: str, every: int) -> None:
         """An interval the job printed (see :func:`parse_rhythm`)."""
@@ -159,6 +196,7 @@ class HangDetector:
         self._steps_seen = 0
         self._last_advance = ts
         self._pause_since = None
+        self._ended_step = None
         self._fired = False
         self._rank_last.clear()
 
@@ -184,9 +222,10 @@ class HangDetector:
         return _quantile(list(self._intervals), 0.9) if self._intervals else None
 
     def expected_pause(self) -> str | None:
-        """Why a stall after the last step is a pause the job's rhythm predicts (``None``: it is not)."""
+        """Why a stall after the last step is a pause the job's rhythm predicts (``None``: it is not, or
+        the pause after that step already happened and ended)."""
         step = self._step
-        if step <= 0:
+        if step <= 0 or step == self._ended_step:
             return None
         for name, every in self.rhythm.items():
             if step % every == 0:
@@ -200,8 +239,9 @@ class HangDetector:
             return f"step {step} is a round step (evaluations and checkpoints happen there)"
         return None
 
-    def deadline(self, activity: Verdict | None = None) -> float | None:
-        """When a stall becomes a hang, given what the GPUs are doing (``None``: no telemetry)."""
+    def deadline(self, activity: Verdict | None = None, silent: bool = False) -> float | None:
+        """When a stall becomes a hang, given what the GPUs are doing (``None``: no telemetry) and whether
+        some rank's process fell silent while its peers still beat (``silent``, see :mod:`detectors.liveness`)."""
         if self._last_advance is None or self._fired:
             return None
         interval = self.interval()
@@ -214,6 +254,10 @@ class HangDetector:
         # Nothing benign spins everywhere; one idle GPU among spinning peers is a culprit — unless it is
         # rank 0's at a step where a checkpoint is due (the writer, its peers waiting in a barrier).
         fast = state in ("spinning", "culprit_idle") or (state == "writer_idle" and not expected)
+        # A process that stopped beating while its peers wait is no pause: nothing benign freezes one rank.
+        # Not at an expected pause or inside a marked one, though: a writer holding the GIL in a long
+        # C call (a checkpoint) beats late too.
+        fast = fast or (silent and not expected and self._pause_since is None)
         if fast and warm:
             return self._last_advance + max(self.confirm_s, 3 * interval)  # type: ignore[operator]
         if state == "computing":
@@ -223,8 +267,8 @@ class HangDetector:
         return normal
 
     # -- clock ------------------------------------------------------------------
-    def advance(self, watermark: float, activity: Verdict | None = None) -> Finding | None:
-        deadline = self.deadline(activity)
+    def advance(self, watermark: float, activity: Verdict | None = None, silent: bool = False) -> Finding | None:
+        deadline = self.deadline(activity, silent)
         if deadline is None or watermark < deadline:
             return None
         self._fired = True
@@ -241,6 +285,8 @@ class HangDetector:
                 confidence = max(confidence, 0.8)
         if self._pause_since is not None:
             evidence.append(f"a checkpoint/eval phase began at {self._pause_since:.0f} and never ended")
+        elif self._ended_step == self._step:
+            evidence.append(f"the checkpoint/eval pause after step {self._step} ended at {self._last_advance:.0f}")
         return Finding(
             kind="hang",
             category="no_progress",

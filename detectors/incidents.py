@@ -60,6 +60,7 @@ def to_anomaly(scope: str, job_id: str | None, f: Finding) -> Anomaly:
         evidence=f.evidence[:10],
         severity=f.severity,  # type: ignore[arg-type]
         remedy=f.remedy,
+        localisation=f.localisation,
     )
 
 
@@ -164,6 +165,14 @@ class Incidents:
         if self.incident is not None and self.incident.anomaly_id not in self.open:
             self.incident = None  # closed: a later fault is a new incident
         return out
+
+    def revise(self, anomaly: Anomaly) -> None:
+        """Keep ``anomaly`` — an open one published again, better localised — as its id's record,
+        so its resolution (and grouping) carry what the revision learnt."""
+        if anomaly.anomaly_id in self.open:
+            self.open[anomaly.anomaly_id] = anomaly
+            if self.incident is not None and self.incident.anomaly_id == anomaly.anomaly_id:
+                self.incident = anomaly
 
     def __setstate__(self, state: dict[str, object]) -> None:
         state.setdefault("_symptom", False)

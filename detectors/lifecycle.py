@@ -25,11 +25,18 @@ SUPERSEDED = "explained by"
 
 
 def latest_records(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One record per ``anomaly_id``: the resolved one if any, else the first; in first-seen order."""
+    """One record per ``anomaly_id``: the resolved one if any, else the latest (an open anomaly published
+    again is a revision: its stacks named the culprit); in first-seen order.
+
+    >>> rows = [{"anomaly_id": "a", "resolved_at": None, "ranks": []},
+    ...         {"anomaly_id": "a", "resolved_at": None, "ranks": [2], "revised_at": 90.0}]
+    >>> [r["ranks"] for r in latest_records(rows)]
+    [[2]]
+    """
     out: dict[str, dict[str, Any]] = {}
     for row in rows:
         key = row["anomaly_id"]
-        if key not in out or (row.get("resolved_at") is not None and out[key].get("resolved_at") is None):
+        if key not in out or out[key].get("resolved_at") is None:
             out[key] = row
     return list(out.values())
 

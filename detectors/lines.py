@@ -14,6 +14,9 @@ PhaseMarker(starts=True)
 'Matched'
 >>> type(read_line("./train.sh: line 9: 2324 Aborted  (core dumped) python train.py --save_interval 500")).__name__
 'Matched'
+>>> read_line("W1204 17:52:13.506000 5374 torch/distributed/elastic/agent/server/api.py:753] "
+...           "Received 15 death signal, shutting down workers").how
+'Received 15 death signal, shutting down workers'
 >>> read_line("hello")
 Unmatched()
 """
@@ -84,7 +87,32 @@ class Unmatched(NamedTuple):
     """Anything else (it may still look fatal: the crash detector decides)."""
 
 
-LineReading = Progress | NvrxScore | NvrxSection | PhaseMarker | Rhythm | Matched | Unmatched
+class Stopped(NamedTuple):
+    """The job was told to stop from outside (``scancel``, a pod deleted, Ctrl-C): its end, not a fault —
+    unless something had already failed (then it is that failure's aftermath: ``match``, the catalogue's
+    reading of the line, if any, tells it).
+
+    ``how``: the line's own words for it.
+    """
+
+    how: str
+    match: SignatureMatch | None
+
+
+LineReading = Progress | NvrxScore | NvrxSection | PhaseMarker | Rhythm | Matched | Unmatched | Stopped
+
+# A launcher or scheduler saying the job is being stopped on request. torchelastic's agent on SIGTERM or
+# SIGINT (torch/distributed/elastic/agent/server/api.py: "Received {sig} death signal, shutting down
+# workers"; multiprocessing/api.py: "Process {pid} got signal: {sig}") — not SIGHUP: a session that hung
+# up under a job nobody meant to stop is a failure (nohup missing) — and Slurm's user cancel
+# (slurmstepd: "*** JOB 1234 ON node01 CANCELLED AT 2026-12-01T10:00:00 ***"; a cancel DUE TO a time limit
+# or preemption is the catalogue's job_cancelled).
+_STOPPED = re.compile(
+    r"Received (?:15|2|Signals\.SIG(?:TERM|INT)) death signal, shutting down workers|"
+    r"SignalException: Process \d+ got signal: (?:15|2)\b|"
+    r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ \*\*\*"
+)
+_STOP_SIGNATURES = frozenset({"launcher_killed", "python_exception"})
 
 
 def read_line(line: str) -> LineReading:
@@ -101,6 +129,10 @@ def read_line(line: str) -> LineReading:
     if "performance:" in line and "NVRx" in line:
         return NvrxSection("individual" if "individual" in line else "relative")
     match = match_line(line)
+    if (match is None and "CANCELLED AT" in line) or (match is not None and match.signature.id in _STOP_SIGNATURES):
+        stopped = _STOPPED.search(line)
+        if stopped is not None:
+            return Stopped(stopped[0], match)
     if match is not None:
         return Matched(match)
     # A failure that names a phase or an interval ("FATAL: could not finish saving checkpoint",

@@ -19,18 +19,31 @@ objects, so Bytewax can snapshot them for recovery.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from trainguard.detectors import job_states
 from trainguard.detectors.crash import CrashDetector
-from trainguard.detectors.events import Anomaly, Event, GpuSample, JobEvent, LogRecord, NodeEvent, ProgressRecord
+from trainguard.detectors.events import (
+    Anomaly,
+    Event,
+    GpuSample,
+    JobEvent,
+    LogRecord,
+    NodeEvent,
+    ProgressRecord,
+    StacksRecord,
+)
 from trainguard.detectors.findings import Finding
 from trainguard.detectors.gpu_activity import GpuActivity, Verdict
 from trainguard.detectors.gpu_health import GpuHealth
 from trainguard.detectors.gpu_peers import GpuPeers
 from trainguard.detectors.hang import HangDetector
+from trainguard.detectors.hang_stacks import HangStacks
 from trainguard.detectors.ids import GpuNames, evidence_line
 from trainguard.detectors.incidents import INCIDENT_KINDS, Incidents, resolved, to_anomaly
 from trainguard.detectors.lifecycle import JOB_ENDED, JOB_RESTARTED, NODE_RETURNED, PROGRESS_RESUMED
@@ -42,13 +55,16 @@ from trainguard.detectors.lines import (
     PhaseMarker,
     Progress,
     Rhythm,
+    Stopped,
     read_line,
     rejoin_wrapped,
 )
+from trainguard.detectors.liveness import Liveness
 from trainguard.detectors.localise import localise_hang, localise_straggler
 from trainguard.detectors.protocol import Detector, load_factory
 from trainguard.detectors.rank_scores import RankScorer
 from trainguard.detectors.settings import DetectorSettings
+from trainguard.detectors.signatures import SignatureMatch
 from trainguard.detectors.straggler import StragglerDetector
 from trainguard.detectors.templates import ErrorTemplates, TemplateHit
 
@@ -59,6 +75,7 @@ RUNNING_STATES = job_states.RUNNING
 WAITING_STATES = job_states.WAITING
 FAILED_STATES = job_states.FAILED
 _log = logging.getLogger(__name__)
+KILLED_PREFIX = "elastic_exitcode_sig"  # a launcher's report of a worker killed by a signal (detectors.signatures)
 LOST_GPU_CHECK_S = 30.0  # GPUs report every ~10 s; looking for silent ones more often finds nothing new
 
 
@@ -86,6 +103,8 @@ class JobMonitor:
         self.health = GpuHealth(s.gpu, idle_drift=False)
         self.incidents = Incidents(self.scope, job_id, s.crash.group_window_s, st.cooldown_s)
         self.templates = ErrorTemplates()  # this job's error-line templates (drain3), for unexplained failures
+        self.liveness = Liveness()  # each rank's last sign of life (steps and the probe's beats), and its pid
+        self._stopped_at: float | None = None  # when the job was told to stop (scancel, SIGTERM to torchrun)
         self._fatal_templates: dict[int, TemplateHit] = {}  # templates of the fatal-looking lines now pending
         self._max_step = -1
         self._last_step_ts: float | None = None
@@ -114,21 +133,30 @@ class JobMonitor:
         state.setdefault("_fatal_templates", {})
         state.setdefault("plugins", [])
         state.setdefault("_wrap_tail", None)
+        state.setdefault("liveness", Liveness())
+        state.setdefault("_stopped_at", None)
         self.__dict__.update(state)
 
     # -- events -------------------------------------------------------------------
     def observe(self, event: Event) -> list[Anomaly]:
         if isinstance(event, ProgressRecord):
-            if event.pp_stage is not None or event.dp_rank is not None:
-                self.ranks.place(event.rank, event.pp_stage, event.dp_rank)
-            per_rank = event.compute_time_s if event.compute_time_s is not None else event.step_time_s
-            found = self._progress(event.ts, event.step, event.rank, event.node, event.step_time_s, per_rank)  # type: ignore[arg-type]
+            self.liveness.observe(event.ts, event.rank, event.node, event.pid, event.beat)  # type: ignore[arg-type]
+            if event.beat:  # alive, not a step
+                found = []
+            else:
+                if event.pp_stage is not None or event.dp_rank is not None:
+                    self.ranks.place(event.rank, event.pp_stage, event.dp_rank)
+                per_rank = event.compute_time_s if event.compute_time_s is not None else event.step_time_s
+                found = self._progress(event.ts, event.step, event.rank, event.node, event.step_time_s, per_rank)  # type: ignore[arg-type]
         elif isinstance(event, LogRecord):
             found = self._log(event)
         elif isinstance(event, GpuSample):
             found = self._gpu(event)
         elif isinstance(event, JobEvent):
             found = self._job_state(event)
+        elif isinstance(event, StacksRecord):
+            self.stack_dumps.observe(event)  # attached to the open hang once the round settles (advance)
+            found = []
         else:
             found = []
         for plugin in self.plugins:  # detectors named under detectors.plugins see every event too
@@ -165,10 +193,22 @@ class JobMonitor:
             case Rhythm(name, every):
                 self.hang.observe_rhythm(name, every)
                 return []
+            case Stopped(how, fault) if not self._failing():
+                return self._stopped(ts, how)
+            case Stopped(_, fault) if fault is not None:  # the stop follows a failure: it is its aftermath
+                return self._emit(self.crash.observe_match(rec, fault))
             case Matched(fault):
                 if fault.signature.category == "nic_degraded":
                     self._nic_warnings[rec.node] = ts  # evidence for localising a slowdown, not an anomaly itself
+                sig = fault.signature
+                if self._stopped_at is not None and (sig.cascade or sig.weak or sig.id.startswith(KILLED_PREFIX)):
+                    # The noise of a requested stop: survivors losing their peers, the launcher's report, a worker
+                    # that ignored SIGTERM and was killed.
+                    return []
+                rec, fault = self._named(rec, fault)
                 return self._emit(self.crash.observe_match(rec, fault))
+            case _ if self._stopped_at is not None:
+                return []
         wrapped = None if tail is None else rejoin_wrapped(tail, rec)
         if len(rec.line) >= WRAP_MIN_CHARS:
             self._wrap_tail = rec
@@ -180,6 +220,35 @@ class JobMonitor:
         if hit is not None and fatal and len(self._fatal_templates) < 8:
             self._fatal_templates.setdefault(hit.template_id, hit)
         return []
+
+    def _named(self, rec: LogRecord, fault: SignatureMatch) -> tuple[LogRecord, SignatureMatch]:
+        """A launcher's report of a process, with the rank that process reported as; a worker it says was
+        killed while this job's incident is already open is that incident's aftermath (torchrun kills a
+        hung rank once the others have failed), not a new root cause."""
+        if rec.rank is None and "pid" in fault.fields:
+            rank = self.liveness.rank_of(rec.node, int(fault.fields["pid"]))
+            if rank is None and "local_rank" in fault.fields and self.liveness.nodes() <= {rec.node}:
+                rank = int(fault.fields["local_rank"])  # one node: its local ranks are the job's ranks
+            if rank is not None:
+                rec = msgspec.structs.replace(rec, rank=rank)
+        sig = fault.signature
+        if sig.id.startswith(KILLED_PREFIX) and not sig.cascade and self.incidents.incident is not None:
+            fault = SignatureMatch(dataclasses.replace(sig, cascade=True), fault.fields)
+        return rec, fault
+
+    def _failing(self) -> bool:
+        """Whether something already failed in this job: cascade lines held, an incident open, fatal lines."""
+        return self.crash.holding or self.crash.fatal_pending or self.incidents.incident is not None
+
+    def _stopped(self, ts: float, how: str) -> list[Anomaly]:
+        """The job was told to stop: it ends here, and what its processes print as they go is no fault."""
+        if self._stopped_at is not None:
+            return []
+        self._stopped_at = ts
+        self.ended_at = ts
+        self.hang.stop()
+        self.crash.discard_held()
+        return self.incidents.resolve(ts, f"{JOB_ENDED} (stopped on request: {how})")
 
     def _progress(
         self, ts: float, step: int | None, rank: int | None, node: str, step_time: float | None, per_rank: float | None
@@ -258,6 +327,11 @@ class JobMonitor:
     def gpu_names(self) -> GpuNames:
         return self.__dict__.setdefault("_gpu_names", GpuNames())  # (snapshots before 0.2 have none)
 
+    @property
+    def stack_dumps(self) -> HangStacks:
+        """The job's py-spy dumps (``stacks`` records); snapshots written before them have none."""
+        return self.__dict__.setdefault("_stack_dumps", HangStacks())
+
     def _gpu(self, sample: GpuSample) -> list[Anomaly]:
         self.gpu_names.observe(sample.node, sample.gpu, sample.pci_bus_id)
         self.gpus.observe(sample)
@@ -304,6 +378,8 @@ class JobMonitor:
     def _start(self, ts: float) -> list[Anomaly]:
         resolved = self.incidents.resolve(ts, JOB_RESTARTED)
         self.ended_at = None
+        self._stopped_at = None
+        self.liveness.forget()
         self.hang.restart(ts)
         self.straggler.restart()
         self.ranks.reset()
@@ -328,18 +404,44 @@ class JobMonitor:
     def advance(self, watermark: float) -> list[Anomaly]:
         found = self.crash.advance(watermark)
         activity = self._activity(watermark)
-        hang = self.hang.advance(watermark, activity)
+        silent = self._silent(watermark)
+        hang = self.hang.advance(watermark, activity, bool(silent))
         if hang is not None and self.crash.fatal_pending:
             found += self._unclassified(watermark)  # the job stopped after lines no signature explains
         elif hang is not None:
             localise_hang(hang, self.gpus, activity, self.nodes, self.settings.gpu.missing_after_s)
+            if silent:
+                self._blame_silent(hang, silent, watermark)
             found.append(hang)
         if self.ended_at is None and watermark >= self._next_lost_check:
             self._next_lost_check = watermark + LOST_GPU_CHECK_S
             found += self.health.lost(self.gpus.missing(watermark, self.settings.gpu.missing_after_s), watermark)
         for plugin in list(self.plugins):
             found += self._run_plugin(plugin, plugin.advance, watermark)
-        return self._emit(found)
+        return self.stack_dumps.on_advance(self._emit(found), self.incidents, watermark, self.hang.last_advance)
+
+    def _silent(self, watermark: float) -> list[tuple[int, str, float]]:
+        """Ranks whose process fell silent while their peers beat — asked only of a job quiet a while."""
+        last = self.hang.last_advance
+        if last is None or self.hang.fired or watermark < last + self.hang.confirm_s:
+            return []
+        # A rank silent since long before the job's last step had left the job (an elastic scale-down): the job
+        # stepped without it, so this stall is not its doing.
+        joined = last - self.liveness.silent_after()
+        return [(rank, node, ts) for rank, node, ts in self.liveness.silent(watermark) if ts >= joined]
+
+    def _blame_silent(self, hang: Finding, silent: list[tuple[int, str, float]], watermark: float) -> None:
+        """Name the ranks that stopped beating: the hang is theirs (stopped, frozen or gone)."""
+        hang.ranks = [rank for rank, _, _ in silent]
+        hang.nodes = sorted({node for _, node, _ in silent})
+        hang.confidence = max(hang.confidence, 0.8)
+        hang.localisation = "heartbeats"
+        peers = len(self.liveness.ranks()) - len(silent)
+        hang.evidence[1:1] = [
+            f"rank {rank} on {node} has sent nothing for {watermark - ts:.0f}s while {peers} peer rank(s) still "
+            "beat: its process is stopped, frozen or gone"
+            for rank, node, ts in silent[:5]
+        ]
 
     def end_of_input(self, watermark: float) -> list[Anomaly]:
         """The input ended (end of a replay, clean shutdown): release what waits on the clock.
@@ -351,7 +453,9 @@ class JobMonitor:
         found = self.crash.flush_expired()
         if self.ended_at is None:
             found += self._unclassified(watermark)
-        return self._emit(found)
+        return self.stack_dumps.on_advance(
+            self._emit(found), self.incidents, watermark, self.hang.last_advance, final=True
+        )
 
     def finished(self, watermark: float) -> bool:
         return self.ended_at is not None and watermark > self.ended_at + self.settings.linger_s

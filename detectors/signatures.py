@@ -61,6 +61,7 @@ class SignatureMatch:
 
 
 _SIGNALS = {-6: "SIGABRT", -7: "SIGBUS", -9: "SIGKILL", -11: "SIGSEGV", -15: "SIGTERM"}
+_KILLED = frozenset({"SIGKILL", "SIGSEGV", "SIGBUS"})
 
 
 def family_of(category: str) -> str:
@@ -254,6 +255,15 @@ def _refine(sig: Signature, fields: dict[str, str]) -> Signature:
         signal = _SIGNALS.get(int(code_text))
         if signal is not None:
             fields["signal"] = signal
+        if signal in _KILLED:
+            # A worker killed by a signal prints nothing itself (SIGKILL cannot be caught): the launcher's
+            # report is the first and only word of it, so it is a root cause, not the cascade an exit code
+            # usually is. SIGTERM and SIGABRT are not: the launcher sends the first to the survivors, and
+            # NCCL's watchdog aborts with the second after a timeout it has already printed.
+            key = (sig.id, signal)
+            if key not in _REFINED:
+                _REFINED[key] = replace(sig, id=f"{sig.id}_{signal.lower()}", cascade=False)
+            return _REFINED[key]
     return sig
 
 

@@ -42,13 +42,14 @@ from trainguard.cli.config_cmds import register as register_config_commands
 from trainguard.cli.explain import register as register_explain_command
 from trainguard.cli.scenarios import register as register_scenario_commands
 from trainguard.cli.silence import register as register_silence_commands
+from trainguard.cli.stacks import register as register_stacks_command
 from trainguard.cli.templates import register as register_templates_command
 from trainguard.dataflows import pipeline
 from trainguard.dataflows.archive import flush_open_archives
 from trainguard.dataflows.config import ConfigError
 from trainguard.dataflows.replay import ReplayError, ReplaySource, count_records
 from trainguard.dataflows.replay_shards import ShardedReplaySource
-from trainguard.detectors.events import Anomaly, DeadLetter
+from trainguard.detectors.events import TOPICS, Anomaly, DeadLetter
 from trainguard.detectors.lenient import FIELD_WARNINGS
 from trainguard.detectors.lifecycle import is_false_alarm
 
@@ -90,12 +91,22 @@ class RunReport:
 
     def on_anomalies(self, items: list[Anomaly]) -> None:
         with self._lock:
-            self.anomalies.extend(a for a in items if not a.resolved)
+            revised = {a.anomaly_id: a for a in items if not a.resolved and a.revised_at is not None}
+            self.anomalies = [revised.pop(a.anomaly_id, a) for a in self.anomalies]  # a revision replaces its record
+            self.anomalies.extend(a for a in items if not a.resolved and a.revised_at is None)
+            self.anomalies.extend(revised.values())  # revised before its opening was collected: keep it
             self.resolutions.update((a.anomaly_id, a) for a in items if a.resolved)
         if self.echo:
             for a in items:
                 if a.resolved:
                     console.print(f"[green]resolved[/] {a.kind}/{a.category}: {a.resolution} [dim]{a.anomaly_id}[/]")
+                    continue
+                if a.revised_at is not None:
+                    where = ", ".join(f"rank {r}" for r in a.ranks) or "nobody stands out"
+                    console.print(
+                        f"[cyan]localised[/] {a.kind}/{a.category} by {a.localisation or 'stacks'}: {where} "
+                        f"({', '.join(a.nodes) or '-'}) [dim]{a.anomaly_id}[/]"
+                    )
                     continue
                 where = ", ".join(a.nodes) or "-"
                 console.print(
@@ -341,10 +352,8 @@ def run(
         settings.kafka.brokers = brokers_list(brokers)
     for mapping in topic or []:
         stream, sep, name = mapping.partition("=")
-        if not sep or stream not in ("logs", "progress", "gpu", "scheduler") or not name:
-            raise fail(
-                f"--topic {mapping!r} must look like STREAM=TOPIC with STREAM one of logs, progress, gpu, scheduler."
-            )
+        if not sep or stream not in TOPICS or not name:
+            raise fail(f"--topic {mapping!r} must look like STREAM=TOPIC with STREAM one of {', '.join(TOPICS)}.")
         settings.kafka.topics[stream] = name
     report = RunReport(echo=True)
     stopping = threading.Event()
@@ -581,13 +590,22 @@ def watch_slurm(
 
 @app.command("ship-logs")
 def ship_logs(
-    paths: Annotated[list[Path], typer.Argument(help="Log files to follow, e.g. /shared/logs/slurm-*.out.")],
+    paths: Annotated[
+        list[str],
+        typer.Argument(
+            help="Log files to follow, e.g. /shared/logs/slurm-*.out; quote a glob ('logs/**/std*.log', torchrun's "
+            "--log-dir layout) to pick up files that appear later."
+        ),
+    ],
     brokers: BrokersOpt = "",
     state: Annotated[Path, typer.Option(help="Where shipped offsets are kept between runs.")] = Path(
         ".trainguard-ship-state.json"
     ),
     node: Annotated[str | None, typer.Option(help="Node the logs come from (default: this host).")] = None,
     job: Annotated[str | None, typer.Option(help="Job id (default: from slurm-<job>.out names).")] = None,
+    rank_base: Annotated[
+        int, typer.Option(min=0, help="This node's first rank, added to torchrun's local ranks (node_rank × nproc).")
+    ] = 0,
     interval: Annotated[float, typer.Option(min=0.05, help="Seconds between polls.")] = 0.5,
     once: Annotated[bool, typer.Option("--once", help="Ship what is there now, then exit.")] = False,
     config: ConfigOpt = None,
@@ -598,7 +616,13 @@ def ship_logs(
     from trainguard.agents.shipper import LogTailer
 
     settings = kafka_settings(config, brokers)
-    tailer = LogTailer(paths, state, node=node or socket.gethostname().split(".")[0], job_id=job)
+    tailer = LogTailer(
+        [Path(p) for p in paths],
+        state,
+        node=node or socket.gethostname().split(".")[0],
+        job_id=job,
+        rank_base=rank_base,
+    )
     publisher = RecordPublisher(settings, None)  # the producer every agent shares
     topic = settings.kafka.topic_for("logs")
     shipped = 0
@@ -689,4 +713,5 @@ register_templates_command(app)
 register_config_commands(app)
 register_explain_command(app)
 register_silence_commands(app)
+register_stacks_command(app)
 register_bench_commands(app)

@@ -84,6 +84,31 @@ def latency_cmd(lateness: Annotated[float, typer.Option(min=0, help="router.late
         raise fail(f"{exc} (the latency benchmark runs from a checkout, with the test support code).") from None
 
 
+@bench_app.command("realjob")
+def realjob_cmd(
+    fault: Annotated[
+        list[str] | None,
+        typer.Option(help="A fault, repeatable: kill, stop, slow, nan, healthy, cancel (default: the first four)."),
+    ] = None,
+    repeat: Annotated[int, typer.Option(min=1, help="Jobs per fault.")] = 5,
+) -> None:
+    """Detection latency on a real torchrun job (4 gloo ranks), faults injected from outside (needs torch)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise fail("a real training job needs torch: pip install -e '.[realjob]'.")
+    from trainguard.datasets.realjob import FAULTS, bench
+
+    faults = fault or ["kill", "stop", "slow", "nan"]
+    unknown = [f for f in faults if f not in FAULTS]
+    if unknown:
+        raise fail(f"unknown fault {unknown[0]!r}; the faults are: {', '.join(FAULTS)}.")
+    try:
+        bench(faults, repeat)
+    except (ModuleNotFoundError, RuntimeError) as exc:
+        raise fail(f"the real-job benchmark runs from a checkout with the dev extras ({exc}).") from None
+
+
 @bench_app.command("nab")
 def nab_cmd(
     detector: Annotated[str, typer.Option(help="trainguard, windowedGaussian or null.")] = "trainguard",

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
+import msgspec
 import typer
 
 from trainguard.actions.audit import read_entries
@@ -25,6 +26,7 @@ from trainguard.detectors.events import Anomaly
 from trainguard.detectors.ids import quoted_line
 from trainguard.detectors.job_states import FAILED as FAILED_STATES
 from trainguard.detectors.signatures import CATALOGUE, match_line, use_site_signatures
+from trainguard.detectors.stacks import group_lines
 from trainguard.detectors.xid import xid_info
 
 _XID = re.compile(r"^xid_(\d+)$")
@@ -44,6 +46,8 @@ def explanation(anomaly: Anomaly, actions: list[dict[str, Any]], audit: list[dic
         "transient": anomaly.transient,
         "severity": anomaly.severity,
         "evidence": anomaly.evidence,
+        "localisation": anomaly.localisation,
+        "stack_groups": [msgspec.to_builtins(g) for g in anomaly.stack_groups],
         "rule": _rule(anomaly, config),
         "decisions": [{k: a.get(k) for k in ("action", "target", "mode", "status", "reason")} for a in actions],
         "audit": [{k: e.get(k) for k in ("event", "action", "target", "recorded_at", "user")} for e in audit],
@@ -152,10 +156,16 @@ def explain(
     w = report["where"]
     console.print(f"job {w['job'] or '-'}; nodes {', '.join(w['nodes']) or '-'}; gpus {', '.join(w['gpus']) or '-'}")
     if w["ranks"]:
-        console.print(f"ranks that reported: {', '.join(map(str, w['ranks']))}")
+        named = f"ranks named by {anomaly.localisation}" if anomaly.localisation else "ranks that reported"
+        console.print(f"{named}: {', '.join(map(str, w['ranks']))}")
     console.print("[bold]evidence[/]")
     for line in anomaly.evidence:
         console.print(f"  {line}", markup=False, highlight=False)
+    if anomaly.stack_groups:
+        by = f" (the culprit named by {anomaly.localisation})" if anomaly.localisation else ""
+        console.print(f"[bold]stacks[/]{by}")
+        for line in group_lines(anomaly.stack_groups):
+            console.print(f"  {line}", markup=False, highlight=False)
     console.print("[bold]why[/]")
     console.print(f"  {report['rule']}", markup=False)
     if "xid" in report:

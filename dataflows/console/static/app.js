@@ -61,6 +61,28 @@ function renderFeed(anomalies) {
           a.resolved_at ? ` · resolved ${when(a.resolved_at)}: ${a.resolution}` : " · open",
         ),
         el("div", { class: "evidence" }, (a.evidence || []).slice(0, 3).join("\n")),
+        renderStacks(a),
+      ),
+    ),
+  );
+}
+
+// A hang's ranks grouped by their Python stacks (collect-stacks): each group, its ranks, a few frames.
+function renderStacks(a) {
+  const groups = a.stack_groups || [];
+  if (!groups.length) return "";
+  const total = groups.reduce((n, g) => n + (g.processes || 0), 0);
+  return el(
+    "div",
+    { class: "stacks" },
+    el("b", {}, `stacks: ${total} processes in ${groups.length} groups${a.localisation ? ` (named by ${a.localisation})` : ""}`),
+    ...groups.map((g) =>
+      el(
+        "div",
+        { class: g.outlier ? "stack-group outlier" : "stack-group" },
+        `${g.outlier ? "outlier: " : ""}${(g.ranks || []).length ? `ranks ${g.ranks.join(", ")}` : `${g.processes} processes`}` +
+          ` on ${(g.nodes || []).join(", ")}${g.state ? ` ${g.state}` : ""} in ${g.where}`,
+        el("pre", {}, (g.frames || []).slice(0, 4).join("\n")),
       ),
     ),
   );

@@ -89,3 +89,18 @@ def test_on_a_real_gpu(tmp_path):
     assert result.exit_code == 0, result.output
     records = [decode("gpu", line) for line in out.read_bytes().splitlines()]
     assert records and all(isinstance(r, GpuSample) for r in records)
+
+
+def test_samples_a_real_h200_gave_decode_and_keep_a_healthy_gpu_quiet():
+    """``tests/fixtures/nvml_h200.jsonl``: what this collector read from a real NVIDIA H200 (driver 580.159.04),
+    idle, then under a bf16 matmul loop: real NVML types and values, an unsupported NVLink counter as null."""
+    from tests.support.paths import FIXTURES
+    from trainguard.detectors.monitor import NodeMonitor
+
+    records = [decode("gpu", line) for line in (FIXTURES / "nvml_h200.jsonl").read_bytes().splitlines()]
+    assert len(records) == 9 and all(isinstance(r, GpuSample) for r in records)
+    busy = max(records, key=lambda r: r.power_w)
+    assert (busy.util_pct, busy.sm_clock_mhz) == (99.0, 1515) and busy.power_w > 200
+    assert {r.nvlink_crc_total for r in records} == {None} and {r.pcie_replay_total for r in records} == {1}
+    node = NodeMonitor("h200-node")
+    assert [a for r in records for a in node.observe(r)] == []

@@ -131,7 +131,7 @@ def test_audit_command_filters_by_node_job_and_time(tmp_path: Path):
     assert result.exit_code == 0, result.output
     # The drain, its repeat folded by the cooldown, and the requeue of the job that crashed there.
     assert "Audit trail (3 entries)" in result.output and "suppressed" in result.output
-    assert pl.read_parquet(tmp_path / "a.pq").height == 6
+    assert pl.read_parquet(tmp_path / "a.pq").height == 7  # the whole log: with the hang's diagnose (applied)
     job = runner.invoke(app, ["audit", "--log", str(tmp_path / "audit.jsonl"), "--job", "1002", "--since", "1h"])
     assert "Audit trail (2 entries)" in job.output
     future = runner.invoke(app, ["audit", "--log", str(tmp_path / "audit.jsonl"), "--since", "2100-01-01T00:00:00Z"])

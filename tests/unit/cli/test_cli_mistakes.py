@@ -49,6 +49,10 @@ def _mistakes(tmp: Path) -> list[list[str]]:
         ["run", "--brokers", nowhere],
         ["produce", missing, "--brokers", nowhere],
         ["collect-gpu", "--out", str(tmp / "gpu.jsonl")],
+        ["collect-stacks", "--once", "--out", str(tmp / "stacks.jsonl")],  # which job?
+        ["collect-stacks", "--job", "7", "--once", "--py-spy", missing],
+        ["collect-stacks", "--out", str(tmp / "stacks.jsonl")],  # requests come from Kafka
+        ["collect-stacks", "--brokers", nowhere],
         ["console", "--archive", missing],
         ["watch-slurm", "--brokers", nowhere],
         ["watch-slurm", "--out", str(tmp / "w.jsonl"), "-c", str(no_slurm)],

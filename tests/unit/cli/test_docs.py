@@ -50,8 +50,10 @@ def test_the_readme_gives_the_ci_test_command_and_the_demo() -> None:
     block = _blocks(README.read_text())[0][1]
     setup, tests = [line for line in block.splitlines() if line.strip()]
     assert setup.endswith("trainguard demo") and "pip install -e ./probe -e" in setup
-    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
-    assert ci[-1] == tests  # CI runs exactly the README's test command
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    # CI runs exactly the README's test command: in its checkout, then in a plain clone with no ../shared.
+    assert ci.count(tests) == 2
+    assert "test ! -e ../shared" in ci
 
 
 def test_links_from_the_readme_and_docs_resolve() -> None:

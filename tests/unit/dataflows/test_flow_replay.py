@@ -50,7 +50,12 @@ def test_benign_pauses_cancel_and_counter_reset_raise_nothing(demo_result: RunRe
 
 def test_monitor_mode_recommends_without_acting(demo_result: RunResult):
     assert demo_result.actions and all(a.mode == "monitor" for a in demo_result.actions)
-    assert {a.status for a in demo_result.actions} == {"recommended", "suppressed"}
+    acting = [a for a in demo_result.actions if a.action != "diagnose"]
+    assert {a.status for a in acting} == {"recommended", "suppressed"}
+    # Asking a hung job's nodes for stacks only reads: carried out in monitor mode, once per hang.
+    diagnoses = [a for a in demo_result.actions if a.action == "diagnose"]
+    assert diagnoses and {a.status for a in diagnoses} == {"applied"}
+    assert len({a.anomaly_id for a in diagnoses}) == len(diagnoses) == len(demo_result.by_kind("hang"))
     # The lost GPU on gpu-node-04 150 s after its Xid 79 asks for the same drain: the cooldown folds it.
     (again,) = [a for a in demo_result.actions if a.status == "suppressed"]
     assert (again.action, again.target) == ("drain_node", "gpu-node-04") and "cooldown" in again.reason
@@ -146,7 +151,9 @@ def test_parquet_archive_is_partitioned_and_readable_with_polars(tmp_path: Path)
     hive = pl.scan_parquet(out / "anomalies" / "**" / "*.parquet", hive_partitioning=True).collect()
     assert hive["date"].cast(pl.String).unique().to_list() == ["2026-12-01"]
     actions = pl.scan_parquet(out / "actions" / "**" / "*.parquet").collect()
-    assert actions.height == len(result.actions) and set(actions["status"]) == {"recommended", "suppressed"}
+    # Monitor mode: recommendations, and the hang's stack dump request (read-only, so applied).
+    assert actions.height == len(result.actions) and set(actions["status"]) == {"recommended", "suppressed", "applied"}
+    assert set(actions.filter(status="applied")["action"]) == {"diagnose"}
 
 
 def test_missing_replay_directory_is_one_clear_sentence(tmp_path: Path):

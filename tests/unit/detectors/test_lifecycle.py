@@ -121,8 +121,9 @@ def test_a_false_alarm_leaves_no_requeue_waiting_for_an_operator() -> None:
     policy = PolicyLogic(Policy(PolicyConfig()))
     actions = ActionLogic(ActionExecutor(PolicyConfig(), None, None))
     decided, _ = policy.on_batch([hang])
-    (recommended,), _ = actions.on_batch(decided)
+    (diagnose, recommended), _ = actions.on_batch(decided)
     assert (recommended.action, recommended.status) == ("requeue_job", "recommended")
+    assert (diagnose.action, diagnose.status) == ("diagnose", "applied")  # read-only: done, nothing to withdraw
     withdrawn, _ = policy.on_batch([resolution])
     (suppressed,), _ = actions.on_batch(withdrawn)
     assert (suppressed.action_id, suppressed.status) == (recommended.action_id, "suppressed")

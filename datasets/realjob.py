@@ -1,7 +1,8 @@
 """A real training job watched live: ``trainguard bench realjob`` and the real-job tests (in a checkout, with torch).
 
 A :class:`Cluster` is what a site runs: a Kafka-protocol broker (Tansu), ``trainguard run`` live on it in
-monitor mode, and a listener on the anomalies and actions topics. A :class:`RealJob` is what a user runs:
+monitor mode, the node's stack agent (``trainguard collect-stacks``, answering the flow's ``diagnose``
+actions), and a listener on the anomalies and actions topics. A :class:`RealJob` is what a user runs:
 ``torchrun`` (gloo, CPU) starting :mod:`trainguard.datasets.realjob_train` with the progress probe
 publishing to the broker, each rank's stdout/stderr in torchrun's own log layout (``--log-dir
 --redirects 3``) and the launcher's output in ``launcher.log``, all followed by ``trainguard ship-logs``.
@@ -10,6 +11,7 @@ The job's start and end are published the way ``trainguard watch-slurm`` would p
 Faults come from outside the job: a signal to one rank's process (found by its ``RANK`` in
 ``/proc/PID/environ``) or to the launcher, or a line in a rank's fault file that its data loader reads
 (see :mod:`trainguard.datasets.realjob_train`). Every process started here is stopped by its PID.
+The faults themselves are :mod:`trainguard.datasets.realjob_faults`.
 """
 
 from __future__ import annotations
@@ -78,6 +80,12 @@ class Cluster:
             stdout=self._flow_log,
             stderr=subprocess.STDOUT,
         )
+        # The node's stack agent: answers the flow's diagnose actions with py-spy dumps of the job's ranks.
+        self.agent = self.tansu.start_trainguard(
+            ["collect-stacks", "--brokers", self.broker.address, "--node", NODE, "--min-interval", "0"],
+            stdout=self._flow_log,
+            stderr=subprocess.STDOUT,
+        )
         self._stop = threading.Event()
         self._listener = threading.Thread(target=self._listen, daemon=True)
         self._listener.start()
@@ -123,9 +131,20 @@ class Cluster:
             time.sleep(0.1)
         return None
 
+    def revised(self, anomaly_id: str, timeout_s: float) -> dict[str, Any] | None:
+        """The anomaly's revision (stacks attached to a hang), once it arrives."""
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            for a in list(self.anomalies):
+                if a.record["anomaly_id"] == anomaly_id and a.record.get("revised_at") is not None:
+                    return a.record
+            time.sleep(0.1)
+        return None
+
     def stop(self) -> None:
         self._stop.set()
         self._listener.join(5)
+        self.tansu.stop_process(self.agent)
         self.tansu.stop_process(self.flow)
         self._flow_log.close()
         self.broker.stop()
@@ -264,163 +283,3 @@ class RealJob:
 
 def new_cluster(config: str = "") -> Cluster:
     return Cluster(Path(tempfile.mkdtemp(prefix="trainguard-realjob-")), config).start()
-
-
-# -- the faults, one job each ----------------------------------------------------------------------------------------
-@dataclass
-class Outcome:
-    """What one faulted job raised: the anomaly the fault should raise (``None``: none) and its latency.
-
-    ``latency_s``: wall clock from the injection to the anomaly on the topic — for a hang, from the job's
-    last step (the anomaly's ``onset_ts``), since a hang cannot be told before the deadline after it.
-    """
-
-    fault: str
-    job: RealJob
-    found: Arrival | None
-    latency_s: float | None
-    opened: list[dict[str, Any]]
-
-    @property
-    def kinds(self) -> list[tuple[str, str]]:
-        return [(a["kind"], a["category"]) for a in self.opened]
-
-
-def _outcome(fault: str, job: RealJob, kind: str | None, since: float | None, timeout_s: float) -> Outcome:
-    found = None if kind is None else job.cluster.wait_for(job.job_id, kind, timeout_s)
-    if found is not None and since is None:
-        since = found.record["onset_ts"]
-    latency = None if found is None or since is None else found.at - since
-    return Outcome(fault, job, found, latency, [])
-
-
-def _settle(outcome: Outcome, seconds: float) -> Outcome:
-    """Wait ``seconds`` for late records, then take the job's opened anomalies."""
-    time.sleep(seconds)
-    outcome.opened = [a.record for a in outcome.job.cluster.opened(outcome.job.job_id)]
-    return outcome
-
-
-def kill(cluster: Cluster, job_id: str, settle: bool = True) -> Outcome:
-    """``SIGKILL`` of rank 2 mid-run (the OOM killer, a person): a crash whose root cause is rank 2."""
-    job = RealJob(cluster, job_id, "--steps", "500").start()
-    try:
-        job.wait_step(20)
-        outcome = _outcome("kill", job, "crash", job.signal(2, signal.SIGKILL), 30)
-        job.wait_exit(60)
-        return _settle(outcome, 5 if settle else 0)
-    finally:
-        job.stop()
-
-
-def stop(cluster: Cluster, job_id: str, settle: bool = True) -> Outcome:
-    """``SIGSTOP`` of rank 2 (a frozen process): a hang named from its silence. With ``settle``, the job runs on
-    until gloo times out (45 s) and torchelastic kills the stopped rank (30 s later): those lines join the hang."""
-    job = RealJob(cluster, job_id, "--steps", "1000", "--timeout-s", "45").start()
-    try:
-        job.wait_step(20)
-        job.signal(2, signal.SIGSTOP)
-        outcome = _outcome("stop", job, "hang", None, 75)
-        if settle:
-            job.wait_exit(120)
-        return _settle(outcome, 5 if settle else 0)
-    finally:
-        job.stop()
-
-
-def slow(cluster: Cluster, job_id: str, settle: bool = True) -> Outcome:
-    """Rank 2's data loader waits 50 % of a step more per batch (a starved input pipeline): a straggler."""
-    job = RealJob(cluster, job_id, "--steps", "600").start()
-    try:
-        job.wait_step(30)
-        return _settle(_outcome("slow", job, "straggler", job.fault(2, "slow 0.11"), 70), 0)
-    finally:
-        job.cancel()
-        job.wait_exit(60, "CANCELLED")
-        job.stop()
-
-
-def nan(cluster: Cluster, job_id: str, settle: bool = True) -> Outcome:
-    """One corrupted batch on rank 1: the reduced loss and every gradient turn NaN."""
-    job = RealJob(cluster, job_id, "--steps", "600").start()
-    try:
-        job.wait_step(20)
-        return _settle(_outcome("nan", job, "numerics", job.fault(1, "nan"), 40), 0)
-    finally:
-        job.cancel()
-        job.wait_exit(60, "CANCELLED")
-        job.stop()
-
-
-def healthy(cluster: Cluster, job_id: str, settle: bool = True) -> Outcome:
-    """A healthy run: a ~90 s ``torch.save`` to a slow filesystem after step 30 (torchtitan's own messages),
-    an evaluation loop of 40 s that prints nothing after step 60, completion at step 90. Nothing to raise."""
-    args = ["--steps", "90", "--ckpt-at", "30", "--ckpt-mib", "90", "--ckpt-mib-per-s", "1.0"]
-    job = RealJob(cluster, job_id, *args, "--eval-at", "60", "--eval-s", "40", "--timeout-s", "150").start()
-    try:
-        if job.wait_exit(300) != 0:
-            raise RuntimeError(f"the healthy job failed: {job.launcher_output()[-2000:]}")
-        return _settle(Outcome("healthy", job, None, None, []), 8)
-    finally:
-        job.stop()
-
-
-def cancel(cluster: Cluster, job_id: str, settle: bool = True) -> Outcome:
-    """The whole job cancelled as ``scancel`` does (SIGTERM to the launcher), with no scheduler to say so:
-    the launcher's own lines tell the end. Nothing to raise."""
-    job = RealJob(cluster, job_id, "--steps", "600").start()
-    try:
-        job.wait_step(20)
-        job.cancel()
-        job.launcher.wait(60)
-        # A held cascade would be reported 10 s after it began; a hang 55 s after the last step.
-        return _settle(Outcome("cancel", job, None, None, []), 20)
-    finally:
-        job.stop()
-
-
-FAULTS = {"kill": kill, "stop": stop, "slow": slow, "nan": nan, "healthy": healthy, "cancel": cancel}
-EXPECTED = {  # what each fault must raise: kind, category, ranks (None: not checked)
-    "kill": ("crash", "process_crash", [2]),
-    "stop": ("hang", "no_progress", [2]),
-    "slow": ("straggler", None, [2]),
-    "nan": ("numerics", "nan_loss", None),
-}
-
-
-def bench(faults: list[str], repeat: int) -> None:
-    """``trainguard bench realjob``: each fault ``repeat`` times on a fresh job; latency and root cause per fault."""
-    import statistics
-
-    cluster = new_cluster()
-    results: dict[str, list[Outcome]] = {f: [] for f in faults}
-    try:
-        time.sleep(3)
-        for round_ in range(repeat):
-            for fault in faults:  # faults take turns, so each meets the machine in the same moods
-                results[fault].append(FAULTS[fault](cluster, f"bench-{fault}-{round_}", settle=False))
-                print(f"  round {round_ + 1} {fault}: {_verdict(results[fault][-1])}", flush=True)
-    finally:
-        cluster.stop()
-    print(f"\nreal torchrun job, 4 gloo ranks on {os.cpu_count()} cores, {repeat} rounds; latency on the wall clock")
-    print("| fault | raised as | root cause right | latency median | max |")
-    print("|---|---|---|---|---|")
-    for fault, outcomes in results.items():
-        latencies = [o.latency_s for o in outcomes if o.latency_s is not None]
-        right = sum(_verdict(o) == "right" for o in outcomes)
-        raised = {f"{o.found.record['kind']}/{o.found.record['category']}" for o in outcomes if o.found} or {"nothing"}
-        median = f"{statistics.median(latencies):.1f} s" if latencies else "-"
-        worst = f"{max(latencies):.1f} s" if latencies else "-"
-        print(f"| {fault} | {', '.join(sorted(raised))} | {right}/{len(outcomes)} | {median} | {worst} |")
-
-
-def _verdict(outcome: Outcome) -> str:
-    want = EXPECTED.get(outcome.fault)
-    if want is None:
-        return "right" if not outcome.opened else f"raised {outcome.kinds}"
-    if outcome.found is None:
-        return "missed"
-    record = outcome.found.record
-    kind, category, ranks = want
-    ok = record["kind"] == kind and category in (None, record["category"]) and ranks in (None, record["ranks"])
-    return "right" if ok else f"wrong: {record['kind']}/{record['category']} ranks {record['ranks']}"

@@ -49,7 +49,9 @@ from trainguard.detectors.gpu_activity import Verdict
 # Intervals jobs print in their argument dumps / configs: Megatron, HF Trainer, Lightning, NeMo, torchtitan.
 RHYTHM_LINE = re.compile(
     r"\b(?P<name>eval_interval|save_interval|eval_steps|save_steps|val_check_interval|"
-    r"checkpoint_interval|save_every_n_steps|every_n_train_steps|eval_every|save_every)\b"
+    r"checkpoint_interval|save_every_n_steps|every_n_train_steps|eval_every|save_every|"
+    # torchtitan's job config, as its command line (--checkpoint.interval 500) or its TOML printed back
+    r"checkpoint\.interval|validation\.freq)\b"
     r"[\s.:=]*(?P<value>\d+)\b"
 )
 ROUND_STEP = 100
@@ -67,6 +69,8 @@ def parse_rhythm(line: str) -> tuple[str, int] | None:
     ('eval_interval', 1000)
     >>> parse_rhythm("TrainingArguments(eval_steps=500, save_steps=2000, logging_steps=10)")
     ('eval_steps', 500)
+    >>> parse_rhythm("torchrun ... -m torchtitan.train --job.config_file llama3_8b.toml --checkpoint.interval 500")
+    ('checkpoint.interval', 500)
     """
     m = RHYTHM_LINE.search(line)
     if m is None or int(m["value"]) <= 1:

@@ -34,7 +34,10 @@ from trainguard.detectors.phases import phase_marker
 from trainguard.detectors.progress_parsers import ParsedProgress, RankScore, parse_nvrx_score, parse_progress
 from trainguard.detectors.signatures import SignatureMatch, looks_fatal, match_line, strip_envelope
 
-_RHYTHM_HINTS = ("_interval", "_steps", "every", "val_check")
+_RHYTHM_HINTS = ("_interval", "_steps", "every", "val_check", ".interval", ".freq")
+# torchtitan's validator reports its result as a metrics line (torchtitan/components/metrics.py, "validate step:
+# N  loss: ..."): the evaluation that began after step N (it prints no start) is over.
+_VALIDATION_DONE = "validate step:"
 # A wrapped line: terminals wrap at 80 columns or more, and both halves arrive together.
 WRAP_MIN_CHARS = 64
 WRAP_MAX_GAP_S = 1.0
@@ -118,6 +121,8 @@ _STOP_SIGNATURES = frozenset({"launcher_killed", "python_exception"})
 def read_line(line: str) -> LineReading:
     """Read one log line of a job."""
     parsed = parse_progress(line)
+    if parsed is not None and _VALIDATION_DONE in line:
+        return PhaseMarker(starts=False)
     if parsed is not None:
         fault = match_line(line)
         if fault is None and "\r" in line:  # a progress bar's redraws, then what the terminal shows last

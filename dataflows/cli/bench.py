@@ -97,7 +97,7 @@ def realjob_cmd(
 
     if importlib.util.find_spec("torch") is None:
         raise fail("a real training job needs torch: pip install -e '.[realjob]'.")
-    from trainguard.datasets.realjob import FAULTS, bench
+    from trainguard.datasets.realjob_faults import FAULTS, bench
 
     faults = fault or ["kill", "stop", "slow", "nan"]
     unknown = [f for f in faults if f not in FAULTS]

@@ -34,8 +34,9 @@ MISSING = [
 if MISSING and not REQUIRED:
     pytest.skip(f"a real training job needs {' and '.join(MISSING)}", allow_module_level=True)
 
-from trainguard.datasets import realjob  # noqa: E402
+from trainguard.datasets import realjob_faults as realjob  # noqa: E402
 from trainguard.datasets.realjob import Cluster, new_cluster  # noqa: E402
+from trainguard.detectors.stacks import localise  # noqa: E402
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.realjob]
 
@@ -72,6 +73,26 @@ def test_a_stopped_rank_is_a_hang_named_from_its_silence_and_the_timeouts_join_i
     assert outcome.kinds == [("hang", "no_progress")]
     output = outcome.job.launcher_output()
     assert "exitcode" in output and "ChildFailedError" in output  # the lines that had to join the hang
+    # The flow's diagnose action was answered with the ranks' stacks: rank 2 is the one not in the collective.
+    revision = outcome.revision
+    assert revision is not None and (revision["ranks"], revision["localisation"]) == ([2], "stacks")
+    assert any(g["outlier"] and g["ranks"] == [2] for g in revision["stack_groups"])
+    # The same ranks dumped again by the harness: with the stopped rank left out, the three healthy ranks all
+    # wait in the same collective, and nobody is blamed.
+    ranks = {r["rank"]: r for r in outcome.stacks}
+    assert sorted(ranks) == [0, 1, 2, 3]
+    assert localise(outcome.stacks).outlier_ranks == [2]
+    waiting = localise([r for rank, r in ranks.items() if rank != 2])
+    assert waiting.outlier_ranks == [] and len(waiting.groups) == 1
+    assert "all_reduce" in " ".join(waiting.evidence())
+
+
+def test_a_rank_stuck_in_its_data_loader_is_named_from_its_stack(cluster: Cluster):
+    outcome = realjob.stall(cluster, "rj-stall")
+    assert outcome.found is not None  # the logs-only deadline: every rank still beats
+    revision = outcome.revision
+    assert revision is not None and (revision["ranks"], revision["localisation"]) == ([1], "stacks")
+    assert "load_batch" in " ".join(revision["evidence"])
 
 
 def test_a_starved_data_loader_is_a_straggler_naming_its_rank(cluster: Cluster):

@@ -14,7 +14,7 @@ import pytest
 
 from trainguard.detectors.events import Anomaly, JobEvent, LogRecord, Tick
 from trainguard.detectors.hang import HangDetector
-from trainguard.detectors.lines import PhaseMarker, read_line
+from trainguard.detectors.lines import PhaseMarker, Rhythm, read_line
 from trainguard.detectors.monitor import JobMonitor
 
 T0 = 1796205600.0
@@ -358,3 +358,20 @@ def test_a_snapshot_from_before_the_ended_pause_rule_resumes() -> None:
     restored.observe_phase(1500.5, starts=True)
     restored.observe_phase(1600.0, starts=False)
     assert restored.expected_pause() is None and restored.deadline() == 1655.0
+
+
+def test_torchtitans_validation_result_ends_the_evaluation_it_never_announced():
+    # pytorch/torchtitan, torchtitan/components/metrics.py, MetricsProcessor.log_validation (colours stripped)
+    line = (
+        "[titan] 2026-12-04 10:00:00,000 - root - INFO - validate step: 500  loss:  2.3150  "
+        "memory: 12.10GiB(15.28%)  tps: 1,234"
+    )
+    assert read_line(line) == PhaseMarker(starts=False)
+
+
+def test_torchtitans_checkpoint_interval_is_the_jobs_rhythm():
+    # torchtitan's job config on its command line (run_train.sh passes overrides as --section.key value)
+    line = (
+        "+ torchrun --nproc_per_node=8 -m torchtitan.train --job.config_file llama3_8b.toml --checkpoint.interval 500"
+    )
+    assert read_line(line) == Rhythm("checkpoint.interval", 500)

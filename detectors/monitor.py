@@ -64,7 +64,7 @@ from trainguard.detectors.localise import localise_hang, localise_straggler
 from trainguard.detectors.protocol import Detector, load_factory
 from trainguard.detectors.rank_scores import RankScorer
 from trainguard.detectors.settings import DetectorSettings
-from trainguard.detectors.signatures import SignatureMatch
+from trainguard.detectors.signatures import KILLED_PREFIX, SignatureMatch
 from trainguard.detectors.straggler import StragglerDetector
 from trainguard.detectors.templates import ErrorTemplates, TemplateHit
 
@@ -75,7 +75,6 @@ RUNNING_STATES = job_states.RUNNING
 WAITING_STATES = job_states.WAITING
 FAILED_STATES = job_states.FAILED
 _log = logging.getLogger(__name__)
-KILLED_PREFIX = "elastic_exitcode_sig"  # a launcher's report of a worker killed by a signal (detectors.signatures)
 LOST_GPU_CHECK_S = 30.0  # GPUs report every ~10 s; looking for silent ones more often finds nothing new
 
 
@@ -193,7 +192,7 @@ class JobMonitor:
             case Rhythm(name, every):
                 self.hang.observe_rhythm(name, every)
                 return []
-            case Stopped(how, fault) if not self._failing():
+            case Stopped(how, _) if not self._failing():
                 return self._stopped(ts, how)
             case Stopped(_, fault) if fault is not None:  # the stop follows a failure: it is its aftermath
                 return self._emit(self.crash.observe_match(rec, fault))

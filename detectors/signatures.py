@@ -62,6 +62,8 @@ class SignatureMatch:
 
 _SIGNALS = {-6: "SIGABRT", -7: "SIGBUS", -9: "SIGKILL", -11: "SIGSEGV", -15: "SIGTERM"}
 _KILLED = frozenset({"SIGKILL", "SIGSEGV", "SIGBUS"})
+# The refined id of a launcher's report of a worker killed by one of those signals (elastic_exitcode_sigkill, …).
+KILLED_PREFIX = f"{EXIT}_sig"
 
 
 def family_of(category: str) -> str:
@@ -262,7 +264,7 @@ def _refine(sig: Signature, fields: dict[str, str]) -> Signature:
             # NCCL's watchdog aborts with the second after a timeout it has already printed.
             key = (sig.id, signal)
             if key not in _REFINED:
-                _REFINED[key] = replace(sig, id=f"{sig.id}_{signal.lower()}", cascade=False)
+                _REFINED[key] = replace(sig, id=f"{KILLED_PREFIX}{signal[3:].lower()}", cascade=False)
             return _REFINED[key]
     return sig
 

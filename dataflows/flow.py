@@ -57,7 +57,7 @@ from trainguard.detectors.history import HistoryAttributor
 from trainguard.detectors.monitor import JobMonitor, NodeMonitor
 from trainguard.detectors.routing import DEAD, Router
 from trainguard.detectors.settings import DetectorSettings
-from trainguard.detectors.shards import Heartbeat, is_broadcast, shard_of
+from trainguard.detectors.shards import Drained, Heartbeat, is_broadcast, shard_of
 from trainguard.detectors.signatures import use_site_signatures
 
 # ---------------------------------------------------------------- stateful steps
@@ -206,6 +206,7 @@ class Outputs:
 
 
 _TOPIC_ORDER = {t: i for i, t in enumerate(TOPICS)}
+_TOPIC_COUNT = len(TOPICS)
 
 
 def _decode_batch(batch: list[RawRecord | Routed | DeadLetter]) -> list[tuple[str, Routed | DeadLetter]]:
@@ -213,9 +214,10 @@ def _decode_batch(batch: list[RawRecord | Routed | DeadLetter]) -> list[tuple[st
     out: list[tuple[str, Routed | DeadLetter]] = []
     events: list[str] = []
     for rec in batch:
-        if type(rec) is Routed:  # already decoded by the source (replay)
+        if type(rec) is Routed:  # already decoded by the source (replay), or a live partition's drain report
             out.append(("router", rec))
-            events.append(TOPICS[rec[1][0]])
+            if rec[1][0] < _TOPIC_COUNT:
+                events.append(TOPICS[rec[1][0]])
             continue
         if isinstance(rec, DeadLetter):
             out.append(("router", rec))
@@ -248,6 +250,9 @@ def _sharder(shards: int) -> Callable[[list[tuple[str, Routed | DeadLetter]]], l
                 out.append((keys[0], rec))  # a dead letter: reported once
                 continue
             event = rec.event
+            if type(event) is Drained:  # every shard's clock waits on every partition
+                out.extend((key, rec) for key in keys)
+                continue
             if event.ts > progress.get(rec.clock, -math.inf):  # type: ignore[operator]
                 progress[rec.clock] = event.ts  # type: ignore[assignment]
             if is_broadcast(event):
@@ -274,11 +279,13 @@ def build_flow(
     live: bool = False,
     record_mapper: Callable[[Any], RawRecord | DeadLetter] | None = None,
     clock_partitions: list[str] | None = None,
+    drain_reports: bool = False,
 ) -> Dataflow:
     """Wire the whole pipeline over ``source`` (a replay or Kafka source).
 
     ``clock_partitions`` names every ordered input stream (Kafka topic-partitions)
-    so the watermark waits for all of them; a replay is one stream.
+    so the watermark waits for all of them; a replay is one stream. ``drain_reports``:
+    the source says when a partition has drained (see ``kafka_io.LiveKafkaSource``).
     """
     det = settings.detectors
     use_site_signatures(det.signatures)  # in every process that builds the flow, before any line is read
@@ -308,7 +315,7 @@ def build_flow(
         lambda state: RouterLogic(  # type: ignore[arg-type]
             restore(state)
             if state
-            else Router(router_settings, clock_partitions, time.time() if live else None, sharded),
+            else Router(router_settings, clock_partitions, time.time() if live else None, sharded, drain_reports),
             live,
         ),
     )

@@ -23,9 +23,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from trainguard.actions.records import Action
 from trainguard.dataflows.config import ConfigError, KafkaSettings
-from trainguard.dataflows.records import RawRecord
+from trainguard.dataflows.records import RawRecord, Routed
 from trainguard.dataflows.replay import merged_records
 from trainguard.detectors.events import TOPICS, Anomaly, DeadLetter
+from trainguard.detectors.shards import Drained
 
 # Streams whose records come only when asked for (stack dumps answer a diagnose): empty most of the
 # time, so the clock does not wait for them at the start; a partition joins the clock when it delivers.
@@ -94,7 +95,12 @@ class KafkaRecordMapper:
         self._stream = {settings.topic_for(t): t for t in TOPICS}
         self.positions: dict[tuple[str, int], int] = {}
 
-    def __call__(self, msg: KafkaSourceMessage[Any, Any] | KafkaError[Any, Any]) -> RawRecord | DeadLetter:
+    def __call__(
+        self, msg: KafkaSourceMessage[Any, Any] | KafkaError[Any, Any] | _Drained
+    ) -> RawRecord | DeadLetter | Routed:
+        if type(msg) is _Drained:
+            clock = f"{self._stream.get(msg.topic, msg.topic)}/{msg.partition}"
+            return Routed(clock, (len(TOPICS), 0, 0), Drained(), None)
         if isinstance(msg, KafkaError):
             inner = msg.msg
             return DeadLetter(
@@ -216,39 +222,114 @@ def create_topics(settings: KafkaSettings, partitions: int = 1, timeout_s: float
     return [t.topic for t in new]
 
 
-class _StoppablePartition(StatefulSourcePartition[Any, Any]):
-    def __init__(self, inner: StatefulSourcePartition[Any, Any], stop: threading.Event) -> None:
+class _Drained(NamedTuple):
+    """What a live partition yields when its consumer has read all the broker holds."""
+
+    topic: str
+    partition: int
+
+
+# How often (wall seconds) an idle partition asks its broker whether it has drained; the clock
+# believes an answer for ``clock.DRAIN_REPORT_TTL_S``.
+DRAIN_PROBE_S = 1.0
+
+
+class _LivePartition(StatefulSourcePartition[Any, Any]):
+    """One Kafka partition of the live source: ends when ``stop`` is set; says when it has drained."""
+
+    def __init__(
+        self, inner: StatefulSourcePartition[Any, Any], stop: threading.Event | None, probe: _EndProbe, part: str
+    ) -> None:
         self._inner = inner
         self._stop = stop
+        self._probe = probe
+        index, self._topic = part.split("-", 1)  # Bytewax names Kafka partitions "<index>-<topic>"
+        self._index = int(index)
+        self._next_probe = 0.0
 
     def next_batch(self) -> list[Any]:
-        if self._stop.is_set():
+        if self._stop is not None and self._stop.is_set():
             raise StopIteration  # end of input: the flow drains, releases its holds, and closes its sinks
-        return self._inner.next_batch()
+        batch = self._inner.next_batch()
+        if batch:
+            return batch
+        now = time.monotonic()
+        if now < self._next_probe:
+            return batch
+        self._next_probe = now + DRAIN_PROBE_S
+        if self._probe.drained(self._topic, self._index, self._inner.snapshot()):
+            return [_Drained(self._topic, self._index)]
+        return batch
 
     def next_awake(self) -> datetime | None:
-        return None if self._stop.is_set() else self._inner.next_awake()
+        return None if self._stop is not None and self._stop.is_set() else self._inner.next_awake()
 
     def snapshot(self) -> Any:
         return self._inner.snapshot()
 
     def close(self) -> None:
         self._inner.close()
+        self._probe.close()
 
 
-class StoppableSource(FixedPartitionedSource[Any, Any]):
-    """A live source that ends cleanly when ``stop`` is set (a service manager's SIGTERM).
+class _EndProbe:
+    """Asks the broker where a partition ends (one client per process, made on first use)."""
 
-    Ending the input is how Bytewax shuts a flow down in order: the router releases what it
-    buffered and tells every job the input ended, held lines are reported, sinks flush.
+    def __init__(self, settings: KafkaSettings) -> None:
+        self._config = {"bootstrap.servers": ",".join(settings.brokers), "group.id": "trainguard-end", **settings.extra}
+        self._consumer: Any = None
+        self._users = 0
+        self._lock = threading.Lock()
+
+    def open(self) -> _EndProbe:
+        with self._lock:
+            self._users += 1
+        return self
+
+    def drained(self, topic: str, partition: int, next_offset: int | None) -> bool:
+        """Whether a consumer that reads ``next_offset`` next has everything the broker holds."""
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+        with self._lock:
+            if self._consumer is None:
+                self._consumer = Consumer({**self._config, "log_level": 0})
+        try:
+            low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=0.5)
+        except KafkaException:
+            return False  # no answer: the partition keeps holding the clock, as if it had more
+        if next_offset is None or next_offset == OFFSET_BEGINNING:
+            return high <= low  # nothing read yet: drained only when the partition is empty
+        if next_offset < 0:
+            return True  # OFFSET_END: only what is produced from now on is ours
+        return next_offset >= high
+
+    def close(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users == 0 and self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None
+
+
+class LiveKafkaSource(FixedPartitionedSource[Any, Any]):
+    """The Kafka input of a live run: reports drained partitions, and ends cleanly when ``stop`` is set.
+
+    A partition that has read all its broker holds says so (a ``_Drained`` item, about once
+    a second while it stays so): the clock lets only such a partition stop holding it back
+    when it falls silent, so a slow consumer's records are never overtaken by the watermark.
+    Ending the input (``stop``, a service manager's SIGTERM) is how Bytewax shuts a flow
+    down in order: the router releases what it buffered and tells every job the input
+    ended, held lines are reported, sinks flush.
     """
 
-    def __init__(self, inner: FixedPartitionedSource[Any, Any], stop: threading.Event) -> None:
-        self.inner = inner
+    def __init__(self, settings: KafkaSettings, topics: list[str], stop: threading.Event | None = None) -> None:
+        self.inner = kafka_source(settings, topics)
         self.stop = stop
+        self.probe = _EndProbe(settings)
 
     def list_parts(self) -> list[str]:
         return self.inner.list_parts()
 
-    def build_part(self, step_id: str, for_part: str, resume_state: Any) -> _StoppablePartition:
-        return _StoppablePartition(self.inner.build_part(step_id, for_part, resume_state), self.stop)
+    def build_part(self, step_id: str, for_part: str, resume_state: Any) -> _LivePartition:
+        inner = self.inner.build_part(step_id, for_part, resume_state)
+        return _LivePartition(inner, self.stop, self.probe.open(), for_part)

@@ -57,18 +57,18 @@ def live_flow(settings: Settings, outputs: Outputs, stopping: threading.Event | 
     ``stopping``: set it to end the input cleanly (a SIGTERM): held lines are released and
     the sinks flushed before the run returns.
     """
-    from trainguard.dataflows.kafka_io import StoppableSource, check_topics, kafka_source
+    from trainguard.dataflows.kafka_io import LiveKafkaSource, check_topics
 
     inputs = check_topics(settings.kafka)
     mapper = KafkaRecordMapper(settings.kafka)
-    source = kafka_source(settings.kafka, inputs.topics)
     flow = build_flow(
-        StoppableSource(source, stopping) if stopping is not None else source,
+        LiveKafkaSource(settings.kafka, inputs.topics, stopping),
         settings,
         outputs,
         live=True,
         record_mapper=mapper,
         clock_partitions=inputs.clock_partitions,
+        drain_reports=True,
     )
     return LiveFlow(flow, mapper, inputs)
 

@@ -12,6 +12,12 @@ back, as in Flink). In live mode a partition that has been silent for
 partition is silent the watermark keeps moving with the wall clock — otherwise a
 cluster-wide hang would stop the very clock that is meant to detect it.
 
+Silence alone cannot tell an empty partition from one whose consumer is slow (a busy
+worker, a slow first fetch): with ``drain_reports`` (live Kafka) a partition counts as
+silent only while its source keeps saying it has *drained* — read all the broker holds
+(:meth:`EventClock.drained`, refreshed about every second) — so records a slow
+consumer has yet to read are never overtaken by the watermark.
+
 Ticks are emitted on a fixed grid (``tick_s``), every grid point once, so the
 first tick at or past a deadline is the same value whatever the batching.
 
@@ -28,6 +34,10 @@ from __future__ import annotations
 
 import math
 
+# A drain report is believed this long (wall seconds): sources refresh it about every second
+# while they stay drained, so a partition whose records start to back up holds the clock again.
+DRAIN_REPORT_TTL_S = 3.0
+
 
 class EventClock:
     """Watermark over source partitions, with grid ticks and optional idle extrapolation."""
@@ -38,11 +48,14 @@ class EventClock:
         tick_s: float = 5.0,
         idle_after_s: float | None = None,
         max_catchup_ticks: int = 720,
+        drain_reports: bool = False,
     ) -> None:
         self.lateness_s = lateness_s
         self.tick_s = tick_s
         self.idle_after_s = idle_after_s
         self.max_catchup_ticks = max_catchup_ticks
+        self.drain_reports = drain_reports
+        self._drained: dict[str, float] = {}  # partition -> wall time its source last said it had drained
         self._newest: dict[str, float] = {}
         self._last_wall: dict[str, float] = {}
         self._watermark = -math.inf
@@ -54,6 +67,12 @@ class EventClock:
         self._newest.setdefault(partition, -math.inf)
         if wall is not None:
             self._last_wall.setdefault(partition, wall)
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        # A snapshot from before drain reports resumes with silence alone deciding idleness.
+        state.setdefault("drain_reports", False)
+        state.setdefault("_drained", {})
+        self.__dict__.update(state)
 
     @property
     def live(self) -> bool:
@@ -68,6 +87,19 @@ class EventClock:
         if wall is not None:
             self._last_wall[partition] = wall
 
+    def drained(self, partition: str, wall: float) -> None:
+        """``partition``'s source has delivered everything its broker holds (as of ``wall``)."""
+        self._drained[partition] = wall
+
+    def _silent(self, partition: str, wall: float) -> bool:
+        last = self._last_wall.get(partition, wall)
+        if wall - last < self.idle_after_s:  # type: ignore[operator]
+            return False
+        if not self.drain_reports:
+            return True
+        said = self._drained.get(partition, -math.inf)
+        return said >= last and wall - said < DRAIN_REPORT_TTL_S
+
     @property
     def current(self) -> float:
         """The watermark as last computed (no recomputation)."""
@@ -79,11 +111,7 @@ class EventClock:
             return self._watermark
         if self.live and wall is not None:
             assert self.idle_after_s is not None
-            busy = [
-                newest
-                for part, newest in self._newest.items()
-                if wall - self._last_wall.get(part, wall) < self.idle_after_s
-            ]
+            busy = [newest for part, newest in self._newest.items() if not self._silent(part, wall)]
             if busy:
                 candidate = min(busy) - self.lateness_s
             else:

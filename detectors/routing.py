@@ -55,7 +55,7 @@ from trainguard.detectors.settings import Count, Positive, Seconds
 
 # Shard ownership and the job ↔ node map live in detectors.shards; the names stay importable here
 # (and Router snapshots written before the split, which pickled JobPlacement from this module, resume).
-from trainguard.detectors.shards import Heartbeat, JobPlacement, is_broadcast, shard_of
+from trainguard.detectors.shards import Drained, Heartbeat, JobPlacement, is_broadcast, shard_of
 
 __all__ = ["DEAD", "Heartbeat", "JobPlacement", "Router", "RouterSettings", "is_broadcast", "shard_of"]
 
@@ -83,10 +83,15 @@ class Router:
         partitions: list[str] | None = None,
         wall: float | None = None,
         sharded: bool = False,
+        drain_reports: bool = False,
     ) -> None:
-        """``sharded``: this router is one of several and learns which from its first :class:`Heartbeat`."""
+        """``sharded``: this router is one of several and learns which from its first :class:`Heartbeat`.
+
+        ``drain_reports``: the live sources say when a partition has drained (:class:`Drained`),
+        and a silent partition holds the clock back until its source says so.
+        """
         self.settings = s = settings or RouterSettings()
-        self.clock = EventClock(s.lateness_s, s.tick_s, s.idle_after_s)
+        self.clock = EventClock(s.lateness_s, s.tick_s, s.idle_after_s, drain_reports=drain_reports)
         # Until every source partition has spoken (or, live, gone quiet) the
         # clock cannot know how far time has moved.
         for partition in partitions or []:
@@ -147,6 +152,10 @@ class Router:
         max_future, max_late = self.settings.max_future_s, self.settings.max_late_s
         wall_limit = math.inf if wall is None else wall + max_future
         for partition, order, event, payload in batch:
+            if type(event) is Drained:
+                if wall is not None:
+                    clock.drained(partition, wall)
+                continue
             ts: float = event.ts  # type: ignore[assignment]
             if type(event) is Heartbeat:
                 self.shard, self.shards, self.nodes_broadcast = event.shard, event.shards, event.nodes_broadcast

@@ -3,8 +3,9 @@
 Each of ``shards`` routers owns the jobs whose id hashes to it (:func:`shard_of`) and the
 idle nodes whose name does. Records that name no job, or change the job ↔ node map
 (:func:`is_broadcast`), reach every shard; a :class:`Heartbeat` tells every shard how far
-each input stream has got. :class:`JobPlacement` is the scheduler's job ↔ node map that
-stamps node-level records (GPU samples, kernel lines) with the job running there.
+each input stream has got, and a :class:`Drained` that a live stream has nothing more to give.
+:class:`JobPlacement` is the scheduler's job ↔ node map that stamps node-level records
+(GPU samples, kernel lines) with the job running there.
 """
 
 from __future__ import annotations
@@ -15,6 +16,14 @@ import msgspec
 
 from trainguard.detectors import job_states
 from trainguard.detectors.events import Event, GpuSample, JobEvent, LogRecord, NodeEvent, ProgressRecord
+
+
+class Drained(msgspec.Struct, frozen=True, gc=False):
+    """A live input partition has delivered all its broker holds (its consumer is at the high watermark).
+
+    Only a drained partition may stop holding the clock back when it falls silent (see
+    :class:`~trainguard.detectors.clock.EventClock`); it reaches every shard.
+    """
 
 
 class Heartbeat(msgspec.Struct, frozen=True, gc=False):

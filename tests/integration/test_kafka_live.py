@@ -16,7 +16,7 @@ from tests.support.kafka import consume_all, produce_garbage
 from tests.support.tansu import free_port, start_trainguard
 from trainguard.dataflows.archive import read_dataset
 from trainguard.dataflows.config import KafkaSettings
-from trainguard.dataflows.kafka_io import create_topics, produce_replay
+from trainguard.dataflows.kafka_io import KafkaRecordMapper, create_topics, produce_replay
 from trainguard.dataflows.ports import free_ports
 from trainguard.detectors.events import Anomaly
 
@@ -175,3 +175,41 @@ def test_two_worker_processes_on_partitioned_topics_find_what_the_replay_finds(t
     live = [msgspec.json.decode(v, type=Anomaly) for v in raw]
     assert summary(live) == summary(expected.stream), output[-3000:]
     assert sorted(dead) == sorted(garbage)  # each refused record reported once, by one shard
+
+
+def test_a_live_partition_reports_drained_only_once_it_has_read_all_its_broker_holds(tansu: Broker):
+    """What lets the clock tell an empty or finished partition from a slow one (see ``EventClock``)."""
+    from confluent_kafka import Producer
+
+    from trainguard.dataflows.kafka_io import LiveKafkaSource
+
+    settings = KafkaSettings(brokers=[tansu.address], batch_size=2)
+    create_topics(settings)
+    producer = Producer({"bootstrap.servers": tansu.address})
+    for i in range(5):
+        producer.produce("logs", f'{{"ts": {1000 + i}, "node": "n", "line": "x"}}'.encode())
+    producer.flush(10)
+    source = LiveKafkaSource(settings, ["logs", "gpu"])
+    logs = source.build_part("input", "0-logs", None)
+    gpu = source.build_part("input", "0-gpu", None)
+    try:
+        seen: list[object] = []
+        deadline = time.monotonic() + 20
+        while not any(type(item).__name__ == "_Drained" for item in seen) and time.monotonic() < deadline:
+            seen += logs.next_batch()
+            time.sleep(0.05)
+        values = [item.value for item in seen if hasattr(item, "value")]
+        assert len(values) == 5  # the report came only after the last record, never while some were unread
+        assert type(seen[-1]).__name__ == "_Drained" and (seen[-1].topic, seen[-1].partition) == ("logs", 0)
+        empty: list[object] = []
+        deadline = time.monotonic() + 10
+        while not empty and time.monotonic() < deadline:
+            empty += gpu.next_batch()
+            time.sleep(0.05)
+        assert [type(item).__name__ for item in empty] == ["_Drained"]  # an empty partition has drained
+        routed = KafkaRecordMapper(settings)(empty[0])
+        assert routed.clock == "gpu/0" and type(routed.event).__name__ == "Drained"
+    finally:
+        logs.close()
+        gpu.close()
+

@@ -28,6 +28,54 @@ def test_expected_partition_holds_the_clock_until_it_speaks_or_goes_idle():
     assert clock.watermark(wall=1002.5) == 510.0
 
 
+def test_with_drain_reports_only_a_drained_partition_stops_holding_the_clock():
+    """A silent partition may just be slow to read (a busy worker, a slow first fetch): it holds
+    the clock until its source says it has read all its broker holds, and again once that goes stale."""
+    clock = EventClock(lateness_s=0, tick_s=5, idle_after_s=2, drain_reports=True)
+    clock.expect("slow", wall=1000.0)
+    clock.observe("fast", 500.0, wall=1000.0)
+    clock.observe("fast", 510.0, wall=1005.0)
+    assert clock.watermark(wall=1005.0) == float("-inf")  # five silent seconds, but not drained
+    clock.drained("slow", wall=1005.5)
+    assert clock.watermark(wall=1006.0) == 510.0
+    clock.observe("fast", 520.0, wall=1010.0)  # no fresh report since 1005.5: "slow" may have records again
+    assert clock.watermark(wall=1010.0) == 510.0
+    clock.drained("slow", wall=1010.0)
+    assert clock.watermark(wall=1010.0) == 520.0
+    clock.observe("slow", 521.0, wall=1011.0)  # it spoke after its report: busy until it drains again
+    clock.observe("fast", 530.0, wall=1014.0)
+    assert clock.watermark(wall=1014.0) == 521.0
+
+
+def test_a_router_with_drain_reports_releases_a_slow_partition_in_order():
+    from trainguard.detectors.shards import Drained
+
+    def run(drain_reports: bool) -> list[tuple[str, float]]:
+        router = Router(
+            RouterSettings(lateness_s=0, tick_s=5, idle_after_s=2),
+            ["gpu/0", "logs/0"],
+            1000.0,
+            drain_reports=drain_reports,
+        )
+        out = []
+        for second in range(6):  # logs flow; gpu/0's consumer has not delivered yet
+            out += router.route(
+                "logs/0", LogRecord(ts=100.0 + second * 10, job_id="1", node="n", line="x"), wall=1000.0 + second
+            )
+        out += router.route("gpu/0", GpuSample(ts=105.0, node="n", gpu=0), wall=1006.0)
+        out += router.route("logs/0", Drained(), wall=1006.5)
+        out += router.route("gpu/0", Drained(), wall=1006.5)
+        out += router.idle(1009.0)
+        return [(type(item).__name__, item.ts if hasattr(item, "ts") else item.watermark) for _, item in out]
+
+    in_order = run(drain_reports=True)
+    released = [ts for kind, ts in in_order if kind != "Tick"]
+    assert released == sorted(released) and ("GpuSample", 105.0) in in_order
+    overtaken = run(drain_reports=False)  # silence alone: the late GPU sample comes after later lines
+    released = [ts for kind, ts in overtaken if kind != "Tick"]
+    assert released != sorted(released)
+
+
 def test_live_clock_moves_with_the_wall_when_every_source_is_silent():
     clock = EventClock(lateness_s=1, tick_s=5, idle_after_s=2)
     clock.observe("a", 100.0, wall=1000.0)

@@ -1071,6 +1071,7 @@ FAMILIES: dict[str, str] = {
     "ecc_sbe_burst": "ecc_error",
     "host_memory_ecc": "ecc_error",
     "row_remap_pending": "ecc_error",
+    "row_remap_failure": "ecc_error",
     "oom": "oom",
     "host_oom": "oom",
     "nan_loss": "nan_loss",

@@ -90,8 +90,13 @@ class GpuSample(_Record, kw_only=True):
     ecc_sbe_total: int | None = None
     ecc_dbe_total: int | None = None
     remapped_rows_pending: int | None = None
+    remapped_rows_failed: int | None = None  # 1: a row could not be remapped (the GPU needs replacing)
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
     pcie_replay_total: int | None = None
     nvlink_crc_total: int | None = None
+    nvlink_replay_total: int | None = None
+    nvlink_recovery_total: int | None = None
     throttle_reasons: int | list[str] | None = None
     xid: int | None = None
     # Set by the router, never by producers: the job the node runs at ``ts``.

@@ -88,6 +88,8 @@ class GpuHealth:
             dbe = _increase(prev.ecc_dbe_total, sample.ecc_dbe_total)
             if dbe:
                 found += self._fire(sample, "ecc_dbe", False, f"ECC double-bit errors +{dbe}")
+        if sample.remapped_rows_failed:
+            found += self._fire(sample, "row_remap_failure", False, "row remapping failed: the GPU needs replacing")
         if sample.remapped_rows_pending:
             found += self._fire(
                 sample, "row_remap_pending", False, f"{sample.remapped_rows_pending} row remap(s) pending"

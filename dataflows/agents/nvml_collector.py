@@ -11,12 +11,15 @@ Without a usable driver, :class:`NvmlUnavailable` says so in one sentence.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 import pynvml
+
+from trainguard.agents.loop import Agent, Publish
 
 
 class NvmlUnavailable(RuntimeError):
@@ -27,8 +30,10 @@ class GpuLost(Exception):
     pass
 
 
-class GpuCollector:
+class GpuCollector(Agent):
     """Reads every GPU of one node through NVML (``nvml`` is the pynvml module, or a stand-in)."""
+
+    name = "collect-gpu"
 
     def __init__(self, node: str, nvml: ModuleType | Any = pynvml, xid_events: bool = True) -> None:
         self.node = node
@@ -83,6 +88,20 @@ class GpuCollector:
                 line = f"NVML: GPU {index} ({self.uuids[index]}): GPU is lost. Reboot the system to recover this GPU"
                 out.append(("logs", {"ts": ts, "job_id": None, "node": self.node, "source": "kernel", "line": line}))
         return out
+
+    def poll(self) -> list[Publish]:
+        return self.sample()
+
+    def wait(self, seconds: float, stop: threading.Event) -> list[Publish]:
+        """Wait for Xid events until the next sample is due (in short slices, so a stop is prompt)."""
+        deadline = time.monotonic() + seconds
+        found: list[Publish] = []
+        while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
+            found += [("gpu", xid) for xid in self.wait_for_xids(min(left, 1.0))]
+        return found
+
+    def key(self, stream: str, record: dict[str, Any]) -> str | None:
+        return self.node
 
     def _read(self, index: int, handle: Any, ts: float) -> dict[str, Any]:
         n = self.nvml

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from trainguard.agents.logimport import job_from_path
+from trainguard.agents.loop import Agent, Publish
 from trainguard.detectors.logprefix import parse_prefix
 
 _KERNEL_HINTS = ("NVRM:", "kernel:", "SXid", "nvidia-nvswitch", "mlx5_core")
@@ -57,8 +58,10 @@ class _Tail:
     retired: list[IO[bytes]] = field(default_factory=list)  # rotated-away files still being drained
 
 
-class LogTailer:
+class LogTailer(Agent):
     """Follows files, hands out new whole lines, remembers where it stopped."""
+
+    name = "ship-logs"
 
     def __init__(
         self,
@@ -90,7 +93,10 @@ class LogTailer:
             tail.inode, tail.offset = entry["inode"], entry["offset"]
         return tail
 
-    def poll(self, now: Callable[[], float] = time.time) -> list[dict[str, Any]]:
+    def poll(self) -> list[Publish]:
+        return [("logs", record) for record in self.read()]
+
+    def read(self, now: Callable[[], float] = time.time) -> list[dict[str, Any]]:
         """New whole lines of every file, as log records."""
         out: list[dict[str, Any]] = []
         for pattern in self.patterns:  # files that appeared since the last poll start at their beginning

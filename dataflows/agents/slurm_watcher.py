@@ -23,7 +23,9 @@ import json
 import time
 from typing import Any, Protocol
 
+from trainguard.actions.commands import CommandFailed
 from trainguard.actions.hostlist import HostlistError, expand
+from trainguard.agents.loop import Agent, SourceUnavailable
 from trainguard.detectors import job_states
 
 _NODE_FLAGS_SHOWN = ("DRAIN", "DRAINING", "DRAINED", "NOT_RESPONDING", "FAIL", "MAINTENANCE", "REBOOT_REQUESTED")
@@ -33,8 +35,10 @@ class _Runner(Protocol):
     def run(self, argv: list[str]) -> Any: ...
 
 
-class SlurmWatcher:
+class SlurmWatcher(Agent):
     """Turns successive Slurm snapshots into job and node state-change records."""
+
+    name = "watch-slurm"
 
     def __init__(self, runner: _Runner) -> None:
         self.runner = runner
@@ -44,8 +48,15 @@ class SlurmWatcher:
     def poll(self, now: float | None = None) -> list[tuple[str, dict[str, Any]]]:
         """One round: the records for every job and node whose state changed since the last round."""
         ts = time.time() if now is None else now
-        jobs = json.loads(self.runner.run(["squeue", "--json", "--states=all"]).stdout).get("jobs", [])
-        nodes = json.loads(self.runner.run(["sinfo", "--json"]).stdout).get("nodes", [])
+        try:
+            jobs = json.loads(self.runner.run(["squeue", "--json", "--states=all"]).stdout).get("jobs", [])
+            nodes = json.loads(self.runner.run(["sinfo", "--json"]).stdout).get("nodes", [])
+        except CommandFailed as exc:
+            why = " ".join(str(exc).split())[:200]
+            raise SourceUnavailable(
+                f"cannot reach Slurm ({why}); check that squeue and sinfo work here "
+                "(or set scheduler.ssh_host / scheduler.bin_dir)."
+            ) from None
         return self._job_changes(jobs, ts) + self._node_changes(nodes, ts)
 
     def _job_changes(self, jobs: list[dict[str, Any]], ts: float) -> list[tuple[str, dict[str, Any]]]:

@@ -8,7 +8,6 @@ import sys
 import threading
 import time
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,7 +19,7 @@ from rich.table import Table
 from trainguard.actions.audit import read_entries
 from trainguard.actions.records import Action
 from trainguard.agents.logimport import LogImportError, import_logs
-from trainguard.agents.publisher import RecordPublisher
+from trainguard.cli.agents import register as register_agent_commands
 from trainguard.cli.audit import register as register_audit_command
 from trainguard.cli.bench import register as register_bench_commands
 from trainguard.cli.common import (
@@ -34,7 +33,7 @@ from trainguard.cli.common import (
     err_console,
     fail,
     kafka_settings,
-    publishing_settings,
+    parse_time,
     settings_from,
     writable_dir,
 )
@@ -429,48 +428,6 @@ def produce(
     console.print("published " + ", ".join(f"{n} {t}" for t, n in counts.items()))
 
 
-@app.command("collect-gpu")
-def collect_gpu(
-    brokers: BrokersOpt = "",
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Append JSON Lines here instead of Kafka.")] = None,
-    node: Annotated[str | None, typer.Option(help="Node name to report (default: this host's name).")] = None,
-    interval: Annotated[
-        float, typer.Option(min=0.5, help="Seconds between samples; Xid events are awaited in between.")
-    ] = 10.0,
-    count: Annotated[
-        int | None, typer.Option(min=1, help="Stop after this many samples (default: run until stopped).")
-    ] = None,
-    config: ConfigOpt = None,
-) -> None:
-    """Sample every GPU of this node through NVML and publish gpu records (and Xid events) to Kafka or a file."""
-    import socket
-
-    from trainguard.agents.nvml_collector import GpuCollector, NvmlUnavailable
-
-    settings = publishing_settings(config, brokers, out)
-    try:
-        collector = GpuCollector(node or socket.gethostname().split(".")[0])
-    except NvmlUnavailable as exc:
-        raise fail(str(exc)) from None
-    publisher = RecordPublisher(settings, out)
-    taken = 0
-    try:
-        while count is None or taken < count:
-            records = collector.sample()
-            taken += 1
-            if count is None or taken < count:
-                records += [("gpu", xid) for xid in collector.wait_for_xids(interval)]
-            for topic, record in records:
-                publisher.publish(topic, record, key=collector.node)
-            publisher.flush()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        collector.close()
-        publisher.close()
-    console.print(f"collected {taken} sample round(s) of {len(collector.handles)} GPU(s) on {collector.node}")
-
-
 @app.command("console")
 def console_cmd(
     archive: Annotated[
@@ -542,113 +499,6 @@ def hash_password_cmd() -> None:
     typer.echo(hash_password(password))
 
 
-@app.command("watch-slurm")
-def watch_slurm(
-    brokers: BrokersOpt = "",
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Append JSON Lines here instead of Kafka.")] = None,
-    interval: Annotated[float, typer.Option(min=0.2, help="Seconds between polls of squeue and sinfo.")] = 5.0,
-    count: Annotated[int | None, typer.Option(min=1, help="Stop after this many polls.")] = None,
-    config: ConfigOpt = None,
-) -> None:
-    """Poll Slurm (squeue/sinfo --json) and publish job and node state changes as scheduler records."""
-    from trainguard.actions.commands import CommandFailed, CommandRunner
-    from trainguard.agents.slurm_watcher import SlurmWatcher
-
-    settings = publishing_settings(config, brokers, out)
-    s = settings.scheduler
-    runner = CommandRunner(s.timeout_s, s.attempts, s.backoff_s, ssh_host=s.ssh_host, bin_dir=s.bin_dir)
-    watcher = SlurmWatcher(runner)
-    publisher = RecordPublisher(settings, out)
-    polls = published = 0
-    try:
-        while count is None or polls < count:
-            started = time.monotonic()
-            try:
-                records = watcher.poll()
-            except CommandFailed as exc:
-                if polls == 0:  # never reached it: a wrong host, PATH or configuration, not an outage
-                    why = " ".join(str(exc).split())[:200]
-                    raise fail(
-                        f"cannot reach Slurm ({why}); check that squeue and sinfo work here "
-                        "(or set scheduler.ssh_host / scheduler.bin_dir)."
-                    ) from None
-                err_console.print(f"[yellow]slurm poll failed:[/] {exc}")  # an outage: say so, keep polling
-                records = []
-            polls += 1
-            for topic, record in records:
-                publisher.publish(topic, record, key=record.get("job_id") or record.get("node"))
-            published += len(records)
-            publisher.flush()
-            if count is None or polls < count:
-                time.sleep(max(0.0, interval - (time.monotonic() - started)))
-    except KeyboardInterrupt:
-        pass
-    finally:
-        publisher.close()
-    console.print(f"{polls} poll(s), {published} scheduler record(s) published")
-
-
-@app.command("ship-logs")
-def ship_logs(
-    paths: Annotated[
-        list[str],
-        typer.Argument(
-            help="Log files to follow, e.g. /shared/logs/slurm-*.out; quote a glob ('logs/**/std*.log', torchrun's "
-            "--log-dir layout) to pick up files that appear later."
-        ),
-    ],
-    brokers: BrokersOpt = "",
-    state: Annotated[Path, typer.Option(help="Where shipped offsets are kept between runs.")] = Path(
-        ".trainguard-ship-state.json"
-    ),
-    node: Annotated[str | None, typer.Option(help="Node the logs come from (default: this host).")] = None,
-    job: Annotated[str | None, typer.Option(help="Job id (default: from slurm-<job>.out names).")] = None,
-    rank_base: Annotated[
-        int, typer.Option(min=0, help="This node's first rank, added to torchrun's local ranks (node_rank × nproc).")
-    ] = 0,
-    interval: Annotated[float, typer.Option(min=0.05, help="Seconds between polls.")] = 0.5,
-    once: Annotated[bool, typer.Option("--once", help="Ship what is there now, then exit.")] = False,
-    config: ConfigOpt = None,
-) -> None:
-    """Follow growing log files and publish their lines to the logs topic (at least once, resumable)."""
-    import socket
-
-    from trainguard.agents.shipper import LogTailer
-
-    settings = kafka_settings(config, brokers)
-    tailer = LogTailer(
-        [Path(p) for p in paths],
-        state,
-        node=node or socket.gethostname().split(".")[0],
-        job_id=job,
-        rank_base=rank_base,
-    )
-    publisher = RecordPublisher(settings, None)  # the producer every agent shares
-    topic = settings.kafka.topic_for("logs")
-    shipped = 0
-    try:
-        while True:
-            records = tailer.poll()
-            for record in records:
-                publisher.publish("logs", record, key=record["job_id"] or record["node"])
-            if records:
-                if publisher.flush(30) > 0:
-                    raise fail(
-                        f"the brokers did not confirm delivery within 30s; offsets kept at the last "
-                        f"confirmed line ({','.join(settings.kafka.brokers)})."
-                    )
-                tailer.commit()  # only now: at-least-once
-                shipped += len(records)
-            if once:
-                break
-            time.sleep(interval)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        tailer.close()
-    console.print(f"shipped {shipped} log lines to {topic}")
-
-
 @app.command("import-logs")
 def import_logs_cmd(
     files: Annotated[list[Path], typer.Argument(help="Plain-text log files, e.g. slurm-1234.out.")],
@@ -678,7 +528,7 @@ def import_logs_cmd(
             job_id=job,
             node=node,
             year=year,
-            start=None if start is None else _parse_start(start),
+            start=None if start is None else parse_time(start, "--start"),
             interval=interval,
             warnings=warnings,
         )
@@ -689,18 +539,6 @@ def import_logs_cmd(
     for warning in warnings:
         err_console.print(f"warning: {warning}", soft_wrap=True)
     console.print(f"wrote {count} log records to {path}")
-
-
-def _parse_start(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        stamp = datetime.fromisoformat(text)
-    except ValueError:
-        raise fail(f"--start {text!r} is neither ISO-8601 (2024-07-31T23:14:18Z) nor epoch seconds.") from None
-    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
 
 
 def main() -> None:
@@ -714,4 +552,5 @@ register_config_commands(app)
 register_explain_command(app)
 register_silence_commands(app)
 register_stacks_command(app)
+register_agent_commands(app)
 register_bench_commands(app)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -99,3 +100,16 @@ def publishing_settings(config: Path | None, brokers: str, out: Path | None) -> 
     if out is None:
         _require_reachable(settings)
     return settings
+
+
+def parse_time(text: str, option: str) -> float:
+    """ISO-8601 (UTC when no zone is given) or epoch seconds → epoch seconds; one sentence when neither."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        stamp = datetime.fromisoformat(text)
+    except ValueError:
+        raise fail(f"{option} {text!r} is neither ISO-8601 (2024-07-31T23:14:18Z) nor epoch seconds.") from None
+    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()

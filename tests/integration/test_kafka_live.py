@@ -212,4 +212,3 @@ def test_a_live_partition_reports_drained_only_once_it_has_read_all_its_broker_h
     finally:
         logs.close()
         gpu.close()
-

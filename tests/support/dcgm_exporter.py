@@ -107,7 +107,7 @@ class FakeExporter:
         exporter = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (the http.server protocol)
+            def do_GET(self) -> None:
                 if self.path != "/metrics":
                     self.send_error(404)
                     return

@@ -82,4 +82,3 @@ def wait_for_scrapes(url: str, targets: int, timeout_s: float = 30.0) -> None:
             return
         time.sleep(0.2)
     raise RuntimeError(f"Prometheus did not scrape its {targets} target(s) within {timeout_s:g}s")
-

@@ -82,8 +82,16 @@ def replay_flow(
     return build_flow(ReplaySource(directory, speed=speed), settings, outputs, live=live)
 
 
-def run(flow: Dataflow, workers: int = 1, recovery: Path | None = None, snapshot_s: float = 10.0) -> None:
-    """Run ``flow`` in this process on ``workers`` worker threads, snapshotting to ``recovery`` if given."""
+def run(
+    flow: Dataflow,
+    workers: int = 1,
+    recovery: Path | None = None,
+    snapshot_s: float = 10.0,
+    addresses: list[str] | None = None,
+    process_id: int = 0,
+) -> None:
+    """Run ``flow`` on ``workers`` worker threads, snapshotting to ``recovery`` if given; with
+    ``addresses``, as process ``process_id`` of a cluster of processes (Bytewax's ``-a``/``-i``)."""
     recovery_config = None
     if recovery is not None:
         if not any(recovery.glob("part-*.sqlite3")):
@@ -91,7 +99,16 @@ def run(flow: Dataflow, workers: int = 1, recovery: Path | None = None, snapshot
             init_db_dir(recovery, 1)
         recovery_config = RecoveryConfig(recovery)
     epoch = timedelta(seconds=snapshot_s)
-    if workers == 1:
+    if addresses and len(addresses) > 1:
+        cluster_main(
+            flow,
+            addresses,
+            process_id,
+            epoch_interval=epoch,
+            recovery_config=recovery_config,
+            worker_count_per_proc=workers,
+        )
+    elif workers == 1:
         run_main(flow, epoch_interval=epoch, recovery_config=recovery_config)
     else:
         cluster_main(flow, [], 0, epoch_interval=epoch, recovery_config=recovery_config, worker_count_per_proc=workers)

@@ -342,6 +342,16 @@ def run(
         typer.Option(help="Snapshot state and Kafka offsets here; a restart resumes from the last snapshot."),
     ] = None,
     snapshot_s: Annotated[float, typer.Option(min=0.1, help="Seconds between snapshots (Bytewax epochs).")] = 10.0,
+    addresses: Annotated[
+        str,
+        typer.Option(
+            envvar="TRAINGUARD_ADDRESSES",
+            help="Run as one process of several: every process's host:port, ';'-separated, the same list everywhere.",
+        ),
+    ] = "",
+    process_id: Annotated[
+        int, typer.Option(min=0, envvar="TRAINGUARD_PROCESS_ID", help="This process's place in --addresses (from 0).")
+    ] = 0,
 ) -> None:
     """Run live against Kafka: consume the input topics, publish anomalies and actions."""
     from trainguard.dataflows.kafka_io import LagMonitor
@@ -349,6 +359,11 @@ def run(
     settings = settings_from(config)
     if brokers:
         settings.kafka.brokers = brokers_list(brokers)
+    cluster = [a.strip() for a in addresses.split(";") if a.strip()]
+    if cluster and process_id >= len(cluster):
+        raise fail(f"--process-id {process_id} has no entry in --addresses ({len(cluster)} given); count from 0.")
+    if len(cluster) > 1 and settings.router.shards == 1:
+        settings.router.shards = len(cluster) * workers  # one router shard per worker (see scale-out.md)
     for mapping in topic or []:
         stream, sep, name = mapping.partition("=")
         if not sep or stream not in TOPICS or not name:
@@ -377,7 +392,11 @@ def run(
         f"consuming {', '.join(inputs.topics)} from {','.join(settings.kafka.brokers)}; "
         f"publishing to {settings.kafka.anomalies_topic}, {settings.kafka.actions_topic}"
     )
-    lag = LagMonitor(settings.kafka, live.mapper, inputs.topics) if server is not None and workers == 1 else None
+    lag = (
+        LagMonitor(settings.kafka, live.mapper, inputs.topics)
+        if server is not None and workers == 1 and len(cluster) <= 1
+        else None
+    )
 
     def stop(signum: int, frame: object) -> None:
         # A service manager's stop is a clean stop: end the input, so the flow releases what it holds
@@ -389,7 +408,7 @@ def run(
 
     signal.signal(signal.SIGTERM, stop)
     try:
-        pipeline.run(live.flow, workers, recovery, snapshot_s)
+        pipeline.run(live.flow, workers, recovery, snapshot_s, cluster, process_id)
     except KeyboardInterrupt:
         pass
     except Exception:

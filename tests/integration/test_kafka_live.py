@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 import urllib.request
 
@@ -135,30 +134,19 @@ def test_ship_logs_delivers_each_line_once_across_restarts(tansu: Broker, tmp_pa
 
 
 def test_two_worker_processes_on_partitioned_topics_find_what_the_replay_finds(tansu: Broker, tmp_path):
-    """The documented N-machine deployment, on one machine: ``bytewax.run -i/-a`` with one router shard per worker."""
+    """The documented N-machine deployment, on one machine: ``trainguard run`` with the cluster's
+    addresses and its place in them (as the Kubernetes StatefulSet gives them), one router shard per worker."""
     settings = KafkaSettings(brokers=[tansu.address])
     create_topics(settings, partitions=2)
     produce_replay(DEMO_DIR, settings)  # no key: records spread over both partitions of each topic
     garbage = produce_garbage(tansu.address)
     expected = replay(DEMO_DIR)
-    config = tmp_path / "cfg.yaml"
-    config.write_text("router:\n  shards: 2\n")
     addresses = ";".join(f"127.0.0.1:{port}" for port in free_ports(2))
-    env = {**os.environ, "TRAINGUARD_BROKERS": tansu.address, "TRAINGUARD_CONFIG": str(config)}
     workers = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "bytewax.run",
-                "trainguard.dataflows.flow:from_env()",
-                "-i",
-                str(i),
-                "-a",
-                addresses,
-            ],
-            env=env,
-            start_new_session=True,
+        start_trainguard(
+            ["run", "--metrics-port", "0"],
+            env={**os.environ, "TRAINGUARD_BROKERS": tansu.address}
+            | {"TRAINGUARD_ADDRESSES": addresses, "TRAINGUARD_PROCESS_ID": str(i)},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )

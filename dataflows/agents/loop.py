@@ -38,6 +38,8 @@ from typing import Any, Protocol
 
 from prometheus_client import Counter
 
+from trainguard.dataflows.metrics import mark_progress
+
 Publish = tuple[str, dict[str, Any]]  # (stream, wire-contract record)
 
 POLLS = Counter("trainguard_agent_polls", "Polls an agent made", ["agent"])
@@ -138,6 +140,7 @@ def run_agent(
             backoff = interval_s
             run.polls += 1
             POLLS.labels(agent.name).inc()
+            mark_progress()  # /healthz: this agent is alive
             for problem in agent.problems():
                 run.failures += 1
                 FAILURES.labels(agent.name).inc()

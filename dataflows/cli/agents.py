@@ -19,10 +19,37 @@ from trainguard.dataflows.config import Settings
 
 OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="Append JSON Lines here instead of Kafka.")]
 CountOpt = Annotated[int | None, typer.Option(min=1, help="Stop after this many polls (default: run until stopped).")]
+MetricsPortOpt = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        max=65535,
+        help="Serve this agent's /metrics and /healthz here (0: off); TRAINGUARD_METRICS_TOKEN guards /metrics.",
+    ),
+]
+MetricsHostOpt = Annotated[str, typer.Option(help="Address for the metrics endpoint.")]
 
 
-def _run(agent: Agent, settings: Settings, out: Path | None, interval: float, count: int | None) -> int:
+def _run(
+    agent: Agent,
+    settings: Settings,
+    out: Path | None,
+    interval: float,
+    count: int | None,
+    metrics: tuple[int, str] = (0, "127.0.0.1"),
+) -> int:
     """Run ``agent`` until stopped; the number of records published."""
+    server = None
+    if metrics[0]:
+        import os
+
+        from trainguard.dataflows.metrics import MetricsServer
+
+        try:
+            server = MetricsServer(metrics[0], metrics[1], token=os.environ.get("TRAINGUARD_METRICS_TOKEN") or None)
+        except OSError as exc:
+            where = f"{metrics[1]}:{metrics[0]}"
+            raise fail(f"cannot serve metrics on {where} ({exc.strerror}); pick another --metrics-port.") from None
     publisher = RecordPublisher(settings, out)
     try:
         run = run_agent(
@@ -39,6 +66,8 @@ def _run(agent: Agent, settings: Settings, out: Path | None, interval: float, co
     finally:
         agent.close()
         publisher.close()
+        if server is not None:
+            server.close()
     return run.published
 
 
@@ -58,6 +87,8 @@ def collect_gpu(
     ] = 10.0,
     count: CountOpt = None,
     config: ConfigOpt = None,
+    metrics_port: MetricsPortOpt = 0,
+    metrics_host: MetricsHostOpt = "127.0.0.1",
 ) -> None:
     """Sample every GPU of this node through NVML (or scrape dcgm-exporter) and publish gpu records."""
     settings = publishing_settings(config, brokers, out)
@@ -76,7 +107,7 @@ def collect_gpu(
             agent = GpuCollector(node or socket.gethostname().split(".")[0])
         except NvmlUnavailable as exc:
             raise fail(str(exc)) from None
-    published = _run(agent, settings, out, interval, count)
+    published = _run(agent, settings, out, interval, count, (metrics_port, metrics_host))
     console.print(f"published {published} GPU record(s) ({agent.name})")
 
 
@@ -86,6 +117,8 @@ def watch_slurm(
     interval: Annotated[float, typer.Option(min=0.2, help="Seconds between polls of squeue and sinfo.")] = 5.0,
     count: CountOpt = None,
     config: ConfigOpt = None,
+    metrics_port: MetricsPortOpt = 0,
+    metrics_host: MetricsHostOpt = "127.0.0.1",
 ) -> None:
     """Poll Slurm (squeue/sinfo --json) and publish job and node state changes as scheduler records."""
     from trainguard.actions.commands import CommandRunner
@@ -94,7 +127,7 @@ def watch_slurm(
     settings = publishing_settings(config, brokers, out)
     s = settings.scheduler
     runner = CommandRunner(s.timeout_s, s.attempts, s.backoff_s, ssh_host=s.ssh_host, bin_dir=s.bin_dir)
-    published = _run(SlurmWatcher(runner), settings, out, interval, count)
+    published = _run(SlurmWatcher(runner), settings, out, interval, count, (metrics_port, metrics_host))
     console.print(f"published {published} scheduler record(s)")
 
 
@@ -118,6 +151,8 @@ def ship_logs(
     interval: Annotated[float, typer.Option(min=0.05, help="Seconds between polls.")] = 0.5,
     once: Annotated[bool, typer.Option("--once", help="Ship what is there now, then exit.")] = False,
     config: ConfigOpt = None,
+    metrics_port: MetricsPortOpt = 0,
+    metrics_host: MetricsHostOpt = "127.0.0.1",
 ) -> None:
     """Follow growing log files and publish their lines to the logs topic (at least once, resumable)."""
     from trainguard.agents.shipper import LogTailer
@@ -130,7 +165,7 @@ def ship_logs(
         job_id=job,
         rank_base=rank_base,
     )
-    shipped = _run(tailer, settings, None, interval, 1 if once else None)
+    shipped = _run(tailer, settings, None, interval, 1 if once else None, (metrics_port, metrics_host))
     console.print(f"shipped {shipped} log lines to {settings.kafka.topic_for('logs')}")
 
 

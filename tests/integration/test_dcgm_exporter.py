@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
+from prometheus_client import REGISTRY
 from typer.testing import CliRunner
 
 from tests.conftest import summary
@@ -72,6 +73,7 @@ def test_collect_gpu_scrapes_every_target_and_an_unreachable_one_is_a_warning(tm
     exporter = fake.FakeExporter("gpu-node-a", lambda: 0)
     dead = "127.0.0.1:9"  # discard port: nothing listens
     out = tmp_path / "gpu.jsonl"
+    failures = REGISTRY.get_sample_value("trainguard_agent_failures_total", {"agent": "dcgm-exporter"}) or 0.0
     try:
         args = ["collect-gpu", "--dcgm-exporter", f"{exporter.address},{dead}", "--out", str(out)]
         result = CliRunner().invoke(app, [*args, "--count", "2", "--interval", "0.5"])
@@ -82,5 +84,7 @@ def test_collect_gpu_scrapes_every_target_and_an_unreachable_one_is_a_warning(tm
     assert result.output.count(f"cannot scrape http://{dead}/metrics") == 2  # one warning line per failed scrape
     records = [msgspec.json.decode(line) for line in out.read_bytes().splitlines()]
     assert len(records) == 2 * fake.GPUS and {r["node"] for r in records} == {"gpu-node-a"}
+    counted = REGISTRY.get_sample_value("trainguard_agent_failures_total", {"agent": "dcgm-exporter"})
+    assert counted == failures + 2  # one failed scrape in each of two polls (a failed first poll ends the run)
     assert alone.exit_code == 2 and "check the dcgm-exporter address" in alone.output
     assert "Traceback" not in alone.output

@@ -87,6 +87,10 @@ class KubernetesDriver:
             state = "SUSPENDED" if suspended else "RUNNING" if j.status.active else "PENDING"
             if j.status.succeeded and not j.status.active:
                 state = "COMPLETED"
+            # The Job controller's verdict, when it has given one: Complete or Failed (backoff limit).
+            for condition in getattr(j.status, "conditions", None) or ():
+                if condition.status == "True" and condition.type in ("Complete", "Failed"):
+                    state = "COMPLETED" if condition.type == "Complete" else "FAILED"
             jobs[name] = JobInfo(
                 job_id=name,
                 name=name,

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from trainguard.actions.commands import CommandFailed
 from trainguard.actions.hostlist import HostlistError, expand
 from trainguard.agents.loop import Agent, SourceUnavailable
+from trainguard.agents.scheduler_changes import StateChanges
 from trainguard.detectors import job_states
 
 _NODE_FLAGS_SHOWN = ("DRAIN", "DRAINING", "DRAINED", "NOT_RESPONDING", "FAIL", "MAINTENANCE", "REBOOT_REQUESTED")
@@ -42,8 +43,7 @@ class SlurmWatcher(Agent):
 
     def __init__(self, runner: _Runner) -> None:
         self.runner = runner
-        self._jobs: dict[str, tuple[str, tuple[str, ...]]] = {}
-        self._nodes: dict[str, tuple[str, str]] = {}
+        self.changes = StateChanges()
 
     def poll(self, now: float | None = None) -> list[tuple[str, dict[str, Any]]]:
         """One round: the records for every job and node whose state changed since the last round."""
@@ -62,19 +62,16 @@ class SlurmWatcher(Agent):
     def _job_changes(self, jobs: list[dict[str, Any]], ts: float) -> list[tuple[str, dict[str, Any]]]:
         out = []
         for j in jobs:
-            job_id = str(j.get("job_id"))
             state = str(j.get("job_state", "UNKNOWN")).upper()
             try:
                 nodes = tuple(expand(j.get("nodes") or ""))
             except HostlistError:
                 nodes = ()
-            if self._jobs.get(job_id, ("", ()))[0] == state and (not nodes or self._jobs[job_id][1] == nodes):
+            record = self.changes.job(ts, str(j.get("job_id")), state, nodes)
+            if record is None:
                 continue
-            known = nodes or self._jobs.get(job_id, ("", ()))[1]  # a finished job no longer lists its nodes
-            self._jobs[job_id] = (state, known)
-            record: dict[str, Any] = {"ts": ts, "kind": "job", "job_id": job_id, "state": state, "nodes": list(known)}
-            if known and j.get("tasks"):
-                record["ranks_per_node"] = max(1, int(j["tasks"]) // len(known))
+            if record["nodes"] and j.get("tasks"):
+                record["ranks_per_node"] = max(1, int(j["tasks"]) // len(record["nodes"]))
             exit_code = _exit_code(j)
             if exit_code is not None and job_states.has_ended(state):
                 record["exit_code"] = exit_code
@@ -86,14 +83,9 @@ class SlurmWatcher(Agent):
         for n in nodes:
             flags = [str(f).upper() for f in n.get("state_flags") or [] if str(f).upper() in _NODE_FLAGS_SHOWN]
             state = "+".join([str(n.get("state", "unknown")).upper(), *flags])
-            reason = n.get("reason") or ""
-            if self._nodes.get(n["name"]) == (state, reason):
-                continue
-            self._nodes[n["name"]] = (state, reason)
-            record: dict[str, Any] = {"ts": ts, "kind": "node", "node": n["name"], "state": state}
-            if reason:
-                record["reason"] = reason
-            out.append(("scheduler", record))
+            record = self.changes.node(ts, n["name"], state, n.get("reason") or "")
+            if record is not None:
+                out.append(("scheduler", record))
         return out
 
 

@@ -1,4 +1,4 @@
-"""The agents' commands: ``collect-gpu``, ``watch-slurm``, ``ship-logs``, ``import-prometheus``.
+"""The agents' commands: ``collect-gpu``, ``watch-slurm``, ``watch-kubernetes``, ``ship-logs``, ``import-prometheus``.
 
 Each parses its options, builds one agent and hands it to :func:`trainguard.agents.loop.run_agent`;
 the loops themselves live with the agents.
@@ -131,6 +131,36 @@ def watch_slurm(
     console.print(f"published {published} scheduler record(s)")
 
 
+def watch_kubernetes(
+    brokers: BrokersOpt = "",
+    out: OutOpt = None,
+    namespace: Annotated[
+        str | None, typer.Option(help="Namespace of the training Jobs (default: scheduler.namespace of the config).")
+    ] = None,
+    interval: Annotated[float, typer.Option(min=0.2, help="Seconds between looks at the API server.")] = 5.0,
+    count: CountOpt = None,
+    config: ConfigOpt = None,
+    metrics_port: MetricsPortOpt = 0,
+    metrics_host: MetricsHostOpt = "127.0.0.1",
+) -> None:
+    """Watch Kubernetes batch Jobs, their pods' nodes and node state; publish changes as scheduler records."""
+    from trainguard.agents.kubernetes_watcher import KubernetesWatcher
+
+    settings = publishing_settings(config, brokers, out)
+    s = settings.scheduler
+    try:
+        from trainguard.actions.kubernetes import KubernetesDriver
+
+        driver = KubernetesDriver.from_config(namespace or s.namespace, s.kube_context)
+    except ModuleNotFoundError:
+        raise fail('the kubernetes client is missing: pip install "trainguard[kubernetes]".') from None
+    except Exception as exc:  # the client raises its own ConfigException when no kubeconfig is found
+        raise fail(f"cannot load a Kubernetes configuration ({exc}); run in a pod or set KUBECONFIG.") from None
+    watcher = KubernetesWatcher(driver)
+    published = _run(watcher, settings, out, interval, count, (metrics_port, metrics_host))
+    console.print(f"published {published} scheduler record(s)")
+
+
 def ship_logs(
     paths: Annotated[
         list[str],
@@ -205,5 +235,6 @@ def import_prometheus(
 def register(app: typer.Typer) -> None:
     app.command("collect-gpu")(collect_gpu)
     app.command("watch-slurm")(watch_slurm)
+    app.command("watch-kubernetes")(watch_kubernetes)
     app.command("ship-logs")(ship_logs)
     app.command("import-prometheus")(import_prometheus)

@@ -64,6 +64,7 @@ def _mistakes(tmp: Path) -> list[list[str]]:
         ["import-prometheus", "http://127.0.0.1:9", "--out", str(tmp / "p"), "--start", "yesterday"],
         ["import-prometheus", "http://127.0.0.1:9", "--out", str(tmp / "p"), "--start", "0", "--step", "often"],
         ["import-prometheus", "not a url", "--out", str(tmp / "p"), "--start", "0"],
+        ["watch-kubernetes", "--out", str(tmp / "k.jsonl"), "--interval", "0"],
         ["evaluate", "--preset", "nope", "--seeds", "1"],
         ["evaluate", "--seeds", "one"],
         ["generate", "--preset", "nope", "--out", str(tmp / "g")],

@@ -4,6 +4,7 @@ engine's RBAC grants exactly what the Kubernetes driver calls."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace as NS
 from typing import Any
@@ -60,7 +61,8 @@ def test_every_manifest_loads_into_the_clients_models():
         model = f"{version.capitalize()}{doc['kind']}"
         load(doc, model, f"{name}:{doc['kind']}/{doc['metadata']['name']}")
         kinds.append(doc["kind"])
-    assert {"StatefulSet", "DaemonSet", "ClusterRole", "Role", "ServiceAccount", "ConfigMap"} <= set(kinds)
+    expected = {"StatefulSet", "DaemonSet", "Deployment", "ClusterRole", "Role", "ServiceAccount", "ConfigMap"}
+    assert expected <= set(kinds)
 
 
 def test_an_unknown_field_is_refused():
@@ -92,9 +94,15 @@ def permission(group: str, method: str) -> tuple[str, str, str, bool]:
     return group, match[3] + "s", _VERBS[match[1]], bool(match[2])
 
 
-def test_the_engines_rbac_grants_exactly_what_the_driver_calls():
+def _calls(use: Callable[[KubernetesDriver], object]) -> set[tuple[str, str, str, bool]]:
+    """The permissions the client calls that ``use`` makes through a driver need."""
     calls: list[tuple[str, str]] = []
     driver = KubernetesDriver(Recorder(FakeCore(), "", calls), Recorder(FakeBatch(), "batch", calls), "training")
+    use(driver)
+    return {permission(group, method) for group, method in calls}
+
+
+def _every_action(driver: KubernetesDriver) -> None:
     driver.inventory()
     driver.drain_node("gpu-node-01", "trainguard: crash/xid_79 (an-1)")
     driver.resume_node("gpu-node-01")
@@ -103,37 +111,46 @@ def test_the_engines_rbac_grants_exactly_what_the_driver_calls():
     driver.release_job("train-1")
     driver.cancel_job("train-1")
     driver.diagnose("train-1", ["gpu-node-01"])
-    needed = {permission(group, method) for group, method in calls}
 
-    config = yaml.safe_load(
-        next(doc for _, doc in documents() if doc["kind"] == "ConfigMap")["data"]["trainguard.yaml"]
-    )
-    namespace = config["scheduler"]["namespace"]
-    docs = [doc for _, doc in documents()]
+
+def _granted(account: str, docs: list[dict[str, Any]], namespace: str) -> set[tuple[str, str, str, bool]]:
+    """What the roles bound to ``account`` grant: ``(apiGroup, resource, verb, namespaced)``."""
     bound = {
         (d["roleRef"]["kind"], d["roleRef"]["name"], d["metadata"].get("namespace"))
         for d in docs
-        if d["kind"] in ("RoleBinding", "ClusterRoleBinding")
-        and any(s["name"] == "trainguard-engine" for s in d["subjects"])
+        if d["kind"] in ("RoleBinding", "ClusterRoleBinding") and any(s["name"] == account for s in d["subjects"])
     }
     granted = set()
     for d in docs:
-        if d["kind"] not in ("Role", "ClusterRole"):
-            continue
         key = (d["kind"], d["metadata"]["name"], d["metadata"].get("namespace"))
-        assert key in bound, f"{key} is bound to nobody"
+        if d["kind"] not in ("Role", "ClusterRole") or key not in bound:
+            continue
         assert d["kind"] == "ClusterRole" or d["metadata"]["namespace"] == namespace  # the jobs' namespace
         for rule in d["rules"]:
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
                     for verb in rule["verbs"]:
                         granted.add((group, resource, verb, d["kind"] == "Role"))
-    assert granted == needed
+    return granted
 
-    engine = next(d for d in docs if d["kind"] == "StatefulSet")
-    assert engine["spec"]["template"]["spec"]["serviceAccountName"] == "trainguard-engine"
-    agents = next(d for d in docs if d["kind"] == "DaemonSet")["spec"]["template"]["spec"]
-    assert agents["automountServiceAccountToken"] is False  # the agents get no API access at all
+
+def test_each_service_account_is_granted_exactly_what_its_code_calls():
+    from trainguard.agents.kubernetes_watcher import KubernetesWatcher
+
+    docs = [doc for _, doc in documents()]
+    config = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["trainguard.yaml"])
+    namespace = config["scheduler"]["namespace"]
+    assert _granted("trainguard-engine", docs, namespace) == _calls(_every_action)
+    assert _granted("trainguard-watcher", docs, namespace) == _calls(lambda d: KubernetesWatcher(d).poll())
+    roles = {(d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    bindings = {(d["roleRef"]["kind"], d["roleRef"]["name"]) for d in docs if d["kind"].endswith("Binding")}
+    assert roles == bindings  # no role left unbound, no binding to a missing role
+
+    workloads = ("StatefulSet", "DaemonSet", "Deployment")
+    accounts = {d["kind"]: d["spec"]["template"]["spec"] for d in docs if d["kind"] in workloads}
+    assert accounts["StatefulSet"]["serviceAccountName"] == "trainguard-engine"
+    assert accounts["Deployment"]["serviceAccountName"] == "trainguard-watcher"
+    assert accounts["DaemonSet"]["automountServiceAccountToken"] is False  # the node agents get no API access
 
 
 def test_the_containers_run_commands_and_options_that_exist():
@@ -142,7 +159,7 @@ def test_the_containers_run_commands_and_options_that_exist():
     from trainguard.cli.app import app
 
     for _, doc in documents():
-        if doc["kind"] not in ("StatefulSet", "DaemonSet"):
+        if doc["kind"] not in ("StatefulSet", "DaemonSet", "Deployment"):
             continue
         for container in doc["spec"]["template"]["spec"]["containers"]:
             command, *options = container["args"]

@@ -31,7 +31,7 @@ def replay_cmd(
     repeat: Annotated[int, typer.Option(min=1, help="Runs of each configuration; the median is printed.")] = 5,
 ) -> None:
     """Replay throughput of the real flow, configurations taking turns so they share the machine's moods."""
-    from trainguard.datasets.bench import parse_config, replay_throughput
+    from trainguard.benchmarks.bench import parse_config, replay_throughput
     from trainguard.datasets.generator import PRESETS
 
     if preset is not None and preset not in PRESETS:
@@ -46,7 +46,7 @@ def replay_cmd(
 @bench_app.command("detectors")
 def detectors_cmd() -> None:
     """Per-event cost of each detector step, in microseconds, on one core, without Bytewax."""
-    from trainguard.datasets.microbench import detector_costs
+    from trainguard.benchmarks.microbench import detector_costs
 
     rows = detector_costs()
     width = max(len(name) for name, _ in rows)
@@ -57,7 +57,7 @@ def detectors_cmd() -> None:
 @bench_app.command("soak")
 def soak_cmd(hours: Annotated[int, typer.Option(min=1, help="Simulated hours of the 1,000-GPU cluster.")] = 24) -> None:
     """A simulated day of a 1,000-GPU cluster through the real flow at full speed: rate, batch p99, RSS."""
-    from trainguard.datasets.soak import soak
+    from trainguard.benchmarks.soak import soak
 
     print(json.dumps(soak(hours), indent=2))
 
@@ -65,7 +65,7 @@ def soak_cmd(hours: Annotated[int, typer.Option(min=1, help="Simulated hours of 
 @bench_app.command("soak-live")
 def soak_live_cmd(minutes: Annotated[float, typer.Option(min=1, help="Wall-clock minutes to publish.")] = 10.0) -> None:
     """The 1,000-GPU cluster published in real time to a real broker, trainguard run consuming."""
-    from trainguard.datasets.soak_live import soak_live
+    from trainguard.benchmarks.soak_live import soak_live
 
     try:
         print(json.dumps(soak_live(minutes), indent=2))
@@ -76,7 +76,7 @@ def soak_live_cmd(minutes: Annotated[float, typer.Option(min=1, help="Wall-clock
 @bench_app.command("latency")
 def latency_cmd(lateness: Annotated[float, typer.Option(min=0, help="router.lateness_s for the run.")] = 0.5) -> None:
     """Wall-clock detection latency of a crash and a hang published in real time to a real broker."""
-    from trainguard.datasets.live_latency import live_latency
+    from trainguard.benchmarks.live_latency import live_latency
 
     try:
         live_latency(lateness)
@@ -97,7 +97,7 @@ def realjob_cmd(
 
     if importlib.util.find_spec("torch") is None:
         raise fail("a real training job needs torch: pip install -e '.[realjob]'.")
-    from trainguard.datasets.realjob_faults import FAULTS, bench
+    from trainguard.benchmarks.realjob_faults import FAULTS, bench
 
     faults = fault or ["kill", "stop", "slow", "nan"]
     unknown = [f for f in faults if f not in FAULTS]
@@ -135,7 +135,7 @@ def corpus_cmd(
     misses: Annotated[bool, typer.Option("--misses", help="List the excerpts scored wrong.")] = False,
 ) -> None:
     """Real log excerpts replayed one job each through the real flow: fault vs normal, layer, family."""
-    from trainguard.datasets.corpus import report
+    from trainguard.benchmarks.corpus import report
 
     try:
         report(part, gap, misses)
@@ -154,8 +154,8 @@ def learnability_cmd(
     ] = None,
 ) -> None:
     """Whether a learned reader would catch what the catalogue misses: out-of-group scores on open excerpts."""
-    from trainguard.datasets.corpus import excerpts_path
-    from trainguard.datasets.learnability import report
+    from trainguard.benchmarks.corpus import excerpts_path
+    from trainguard.benchmarks.learnability import report
 
     try:
         report([excerpts_path(str(p)) for p in part] if part else None)

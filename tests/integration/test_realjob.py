@@ -1,8 +1,8 @@
 """A real training job watched live: torchrun, four gloo ranks, faults injected from outside.
 
-Each test starts a real ``torchrun`` job (:mod:`trainguard.datasets.realjob_train`) whose probe
+Each test starts a real ``torchrun`` job (:mod:`trainguard.benchmarks.realjob_train`) whose probe
 publishes to a real Tansu broker and whose per-rank log files ``trainguard ship-logs`` follows,
-with ``trainguard run`` live on the broker (:mod:`trainguard.datasets.realjob`), and injects one
+with ``trainguard run`` live on the broker (:mod:`trainguard.benchmarks.realjob`), and injects one
 fault the way it happens in life. Latencies are measured on the wall clock from the injection;
 their distribution over repetitions is ``trainguard bench realjob`` (docs/benchmarks.md). The
 bounds asserted here are the issue's targets, loose enough for a loaded 2-core machine.
@@ -34,8 +34,8 @@ MISSING = [
 if MISSING and not REQUIRED:
     pytest.skip(f"a real training job needs {' and '.join(MISSING)}", allow_module_level=True)
 
-from trainguard.datasets import realjob_faults as realjob  # noqa: E402
-from trainguard.datasets.realjob import Cluster, new_cluster  # noqa: E402
+from trainguard.benchmarks import realjob_faults as realjob  # noqa: E402
+from trainguard.benchmarks.realjob import Cluster, new_cluster  # noqa: E402
 from trainguard.detectors.stacks import localise  # noqa: E402
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.realjob]

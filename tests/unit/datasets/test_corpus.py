@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import replay
 from tests.support.paths import FIXTURES
-from trainguard.datasets.corpus import CORPUS_DIR, evaluate, score
+from trainguard.benchmarks.corpus import CORPUS_DIR, evaluate, score
 
 needs_corpus = pytest.mark.skipif(
     not CORPUS_DIR.is_dir(), reason=f"real-log corpus not found at {CORPUS_DIR} (shared/datasets beside the checkout)"

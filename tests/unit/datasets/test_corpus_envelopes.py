@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import FIXTURES
-from trainguard.datasets.corpus import CORPUS_DIR, ExcerptOutcome, evaluate
+from trainguard.benchmarks.corpus import CORPUS_DIR, ExcerptOutcome, evaluate
 
 ENVELOPES: dict[str, Callable[[str, int], str]] = {
     "srun -l": lambda line, i: f"3: {line}",

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from trainguard.datasets.corpus import Excerpt
-from trainguard.datasets.learnability import Labelled, fault_reader, labelled, layer_reader, open_parts
+from trainguard.benchmarks.corpus import Excerpt
+from trainguard.benchmarks.learnability import Labelled, fault_reader, labelled, layer_reader, open_parts
 
 
 def _row(group: str, index: int, text: str, label: str, layer: str, category: str | None = None) -> Labelled:

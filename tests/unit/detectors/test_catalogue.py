@@ -13,7 +13,7 @@ import json
 import pytest
 
 from tests.support.paths import FIXTURES
-from trainguard.datasets.corpus import CORPUS_DIR, EXCERPTS_PATH
+from trainguard.benchmarks.corpus import CORPUS_DIR, EXCERPTS_PATH
 from trainguard.detectors.catalogue import CATALOGUE
 from trainguard.detectors.signatures import family_of, looks_fatal, match_line
 

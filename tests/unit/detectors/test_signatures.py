@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from trainguard.datasets.corpus import EXCERPTS_PATH as DEFAULT_PATH
-from trainguard.datasets.corpus import evaluate, score
+from trainguard.benchmarks.corpus import EXCERPTS_PATH as DEFAULT_PATH
+from trainguard.benchmarks.corpus import evaluate, score
 from trainguard.detectors.events import LogRecord
 from trainguard.detectors.monitor import JobMonitor
 from trainguard.detectors.signatures import classify_text, family_of, match_line

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from trainguard.benchmarks.microbench import FATAL, INFO, MEGATRON
 from trainguard.cli.app import app
 from trainguard.cli.templates import TEMPLATE_EVIDENCE, mine_unclassified
 from trainguard.dataflows.archive import ParquetArchiveSink
 from trainguard.dataflows.config import load_settings
-from trainguard.datasets.microbench import FATAL, INFO, MEGATRON
 from trainguard.detectors.events import Anomaly
 from trainguard.detectors.ids import evidence_line
 from trainguard.detectors.signatures import looks_fatal, match_line, use_site_signatures

@@ -3,15 +3,15 @@
 A :class:`Cluster` is what a site runs: a Kafka-protocol broker (Tansu), ``trainguard run`` live on it in
 monitor mode, the node's stack agent (``trainguard collect-stacks``, answering the flow's ``diagnose``
 actions), and a listener on the anomalies and actions topics. A :class:`RealJob` is what a user runs:
-``torchrun`` (gloo, CPU) starting :mod:`trainguard.datasets.realjob_train` with the progress probe
+``torchrun`` (gloo, CPU) starting :mod:`trainguard.benchmarks.realjob_train` with the progress probe
 publishing to the broker, each rank's stdout/stderr in torchrun's own log layout (``--log-dir
 --redirects 3``) and the launcher's output in ``launcher.log``, all followed by ``trainguard ship-logs``.
 The job's start and end are published the way ``trainguard watch-slurm`` would publish a scheduler's.
 
 Faults come from outside the job: a signal to one rank's process (found by its ``RANK`` in
 ``/proc/PID/environ``) or to the launcher, or a line in a rank's fault file that its data loader reads
-(see :mod:`trainguard.datasets.realjob_train`). Every process started here is stopped by its PID.
-The faults themselves are :mod:`trainguard.datasets.realjob_faults`.
+(see :mod:`trainguard.benchmarks.realjob_train`). Every process started here is stopped by its PID.
+The faults themselves are :mod:`trainguard.benchmarks.realjob_faults`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 
 import msgspec
 
-from trainguard.datasets.bench import checkout_broker
+from trainguard.benchmarks.bench import checkout_broker
 
 STEP_LINE = re.compile(rb"step:\s*(\d+)\s+loss")
 NODE = socket.gethostname().split(".")[0]
@@ -172,7 +172,7 @@ class RealJob:
         }
         argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(self.ranks)]
         argv += ["--log-dir", str(self.dir / "logs"), "--redirects", "3", "--rdzv-id", self.job_id]
-        argv += ["-m", "trainguard.datasets.realjob_train", "--fault-dir", str(self.faults), "--out", str(self.dir)]
+        argv += ["-m", "trainguard.benchmarks.realjob_train", "--fault-dir", str(self.faults), "--out", str(self.dir)]
         launcher_log = open(self.dir / "launcher.log", "wb")  # noqa: SIM115 - the child keeps it
         self.cluster.publish("scheduler", self._state("RUNNING"))
         self.launcher = subprocess.Popen(

@@ -37,7 +37,7 @@ def live_latency(lateness: float = 0.5) -> None:
     """Measure and print how long after the fatal line / the last step each anomaly reaches the topic."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from trainguard.datasets.bench import checkout_broker
+    from trainguard.benchmarks.bench import checkout_broker
 
     tansu = checkout_broker()
     from trainguard.dataflows.config import KafkaSettings

@@ -15,7 +15,7 @@ starved or corrupted input pipeline behaves:
 - ``nan``: the batch is corrupted (the loss turns NaN);
 - ``stall``: the loader blocks (a rank stuck in user code, for stack localisation).
 
-``python -m trainguard.datasets.realjob_train --help`` lists the rest.
+``python -m trainguard.benchmarks.realjob_train --help`` lists the rest.
 """
 
 from __future__ import annotations

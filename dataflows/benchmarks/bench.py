@@ -31,7 +31,7 @@ def checkout_broker() -> Any:
     import importlib
     import sys
 
-    root = Path(__file__).resolve().parents[1]  # datasets/ sits at the top of a checkout
+    root = Path(__file__).resolve().parents[2]  # dataflows/benchmarks/ is two levels into a checkout
     if (root / "tests" / "support").is_dir() and str(root) not in sys.path:
         sys.path.insert(0, str(root))
     tansu = importlib.import_module("tests.support.tansu")

@@ -61,7 +61,7 @@ def soak_live(minutes: float = 10.0) -> dict[str, Any]:
     """Run the live soak and return its report (published, processed, lag, watermark delay, RSS)."""
     from confluent_kafka import Producer
 
-    from trainguard.datasets.bench import checkout_broker
+    from trainguard.benchmarks.bench import checkout_broker
 
     tansu = checkout_broker()
     from trainguard.dataflows.config import KafkaSettings

@@ -1,7 +1,7 @@
 """The faults of ``trainguard bench realjob`` and the real-job tests, one real job each (needs torch).
 
-Each function starts a :class:`~trainguard.datasets.realjob.RealJob` on a running
-:class:`~trainguard.datasets.realjob.Cluster`, injects one fault from outside the job, and returns
+Each function starts a :class:`~trainguard.benchmarks.realjob.RealJob` on a running
+:class:`~trainguard.benchmarks.realjob.Cluster`, injects one fault from outside the job, and returns
 an :class:`Outcome`: the anomaly the fault should raise (or none), and how long it took on the wall
 clock. :func:`bench` runs them in turns and prints a table (docs/benchmarks.md).
 """
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainguard.datasets.realjob import NODE, Arrival, Cluster, RealJob, new_cluster
+from trainguard.benchmarks.realjob import NODE, Arrival, Cluster, RealJob, new_cluster
 
 
 @dataclass

@@ -32,10 +32,10 @@ from pathlib import Path
 
 from river import compose, feature_extraction, linear_model, multiclass, optim
 
-from trainguard.datasets.corpus import CORPUS_DIR, Excerpt, evaluate
+from trainguard.benchmarks.corpus import CORPUS_DIR, Excerpt, evaluate
 from trainguard.detectors.signatures import looks_fatal, match_line, strip_envelope
 
-FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures"
 EPOCHS = 3
 _WORD = re.compile(r"[A-Za-z_][A-Za-z_]+")
 

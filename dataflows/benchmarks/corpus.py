@@ -30,7 +30,7 @@ from trainguard.actions.records import Action
 from trainguard.detectors.events import Anomaly
 from trainguard.detectors.signatures import family_of
 
-CORPUS_DIR = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "real-log-corpus"
+CORPUS_DIR = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "real-log-corpus"
 EXCERPTS_PATH = CORPUS_DIR.parent / "real-log-excerpts.jsonl"  # the first 52 excerpts, same labels
 FAULT_FREE = frozenset({"normal_progress", "other"})
 START_TS = 1_800_000_000.0

@@ -188,6 +188,8 @@ def _optional_numbers(struct: type) -> dict[str, type]:
             continue
         if f.type in (float | None, int | None):
             out[f.name] = float if f.type == float | None else int
+        elif f.type is bool:  # a flag (a progress record's ``beat``): unclear reads as False
+            out[f.name] = bool
         elif f.name == "throttle_reasons":
             out[f.name] = int
     return out

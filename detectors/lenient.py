@@ -54,14 +54,29 @@ def _number(value: Any, kind: type) -> tuple[Any, bool]:
     return None, False
 
 
+def _flag(value: Any) -> tuple[bool, bool]:
+    """``(flag, clean)``: an optional boolean read leniently; anything unclear (null included) is False."""
+    if isinstance(value, bool):
+        return value, True
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE, False
+    if isinstance(value, int | float) and value in (0, 1):
+        return bool(value), False
+    return False, False
+
+
 def coerce(record: dict[str, Any], optional: dict[str, type]) -> tuple[dict[str, Any], list[str]]:
-    """``record`` with its ``optional`` numeric fields coerced; the names of fields that were not clean."""
+    """``record`` with its ``optional`` numeric (and boolean) fields coerced; the names of fields that were not clean.
+
+    >>> coerce({"beat": "yes", "pid": "4242"}, {"beat": bool, "pid": int})
+    ({'beat': True, 'pid': 4242}, ['beat', 'pid'])
+    """
     out = dict(record)
     notes = []
     for name, kind in optional.items():
         if name not in out:
             continue
-        value, clean = _number(out[name], kind)
+        value, clean = _flag(out[name]) if kind is bool else _number(out[name], kind)
         out[name] = value
         if not clean and not (kind is float and isinstance(record[name], int) and not isinstance(record[name], bool)):
             notes.append(name)

@@ -91,3 +91,20 @@ def test_unusable_required_fields_still_dead_letter_with_the_reason() -> None:
     assert isinstance(bad_step, DeadLetter) and "step" in bad_step.reason
     not_json = decode("gpu", b'{"ts": 1796205600, "node": ')
     assert isinstance(not_json, DeadLetter)
+
+
+def test_a_progress_records_beat_and_pid_are_read_leniently_and_counted():
+    """The probe's newer fields: an exporter's "yes", a null or garbage never costs the step."""
+    base = {"ts": 1_796_120_000.0, "job_id": "7", "node": "n1", "rank": 3, "step": 12}
+    before = FIELD_WARNINGS[("progress", "beat")], FIELD_WARNINGS[("progress", "pid")]
+    read = {
+        json.dumps(odd): decode("progress", json.dumps({**base, **odd}).encode())
+        for odd in ({"beat": "yes"}, {"beat": None}, {"beat": "maybe"}, {"beat": 0}, {"pid": "4242"}, {"pid": "x"})
+    }
+    assert all(isinstance(r, ProgressRecord) and r.step == 12 for r in read.values())
+    assert [r.beat for r in read.values()][:4] == [True, False, False, False]
+    assert read['{"pid": "4242"}'].pid == 4242 and read['{"pid": "x"}'].pid is None
+    assert FIELD_WARNINGS[("progress", "beat")] == before[0] + 4
+    assert FIELD_WARNINGS[("progress", "pid")] == before[1] + 2
+    clean = decode("progress", json.dumps({**base, "beat": True, "pid": 99}).encode())
+    assert isinstance(clean, ProgressRecord) and clean.beat and FIELD_WARNINGS[("progress", "beat")] == before[0] + 4

@@ -17,19 +17,21 @@ from tests.conftest import stop_process
 from trainguard.dataflows.ports import free_port
 
 
-def prometheus_binary() -> str:
-    """The binary, or a skip (a failure where CI requires it: TRAINGUARD_REQUIRE_PROMETHEUS)."""
-    binary = shutil.which("prometheus")
+def prometheus_binary(name: str = "prometheus") -> str:
+    """The binary (or its ``promtool``), or a skip (a failure where CI requires it: TRAINGUARD_REQUIRE_PROMETHEUS)."""
+    binary = shutil.which(name)
     if binary is None:
         if os.environ.get("TRAINGUARD_REQUIRE_PROMETHEUS"):
-            pytest.fail("prometheus is required here (TRAINGUARD_REQUIRE_PROMETHEUS) but missing")
-        pytest.skip("needs Debian's prometheus package")
+            pytest.fail(f"{name} is required here (TRAINGUARD_REQUIRE_PROMETHEUS) but missing")
+        pytest.skip(f"needs Debian's prometheus package ({name})")
     return binary
 
 
 @contextmanager
-def running_prometheus(work: Path, targets: list[str], scrape_interval_s: float = 1.0) -> Iterator[str]:
-    """A Prometheus that scrapes ``targets`` (host:port, /metrics); yields its URL."""
+def running_prometheus(
+    work: Path, targets: list[str], scrape_interval_s: float = 1.0, job: str = "dcgm"
+) -> Iterator[str]:
+    """A Prometheus that scrapes ``targets`` (host:port, /metrics) as ``job``; yields its URL."""
     binary = prometheus_binary()
     work.mkdir(parents=True, exist_ok=True)
     listed = ", ".join(f'"{t}"' for t in targets)
@@ -38,7 +40,7 @@ def running_prometheus(work: Path, targets: list[str], scrape_interval_s: float 
         f"  scrape_interval: {scrape_interval_s:g}s\n"
         f"  scrape_timeout: {scrape_interval_s:g}s\n"
         "scrape_configs:\n"
-        "  - job_name: dcgm\n"
+        f"  - job_name: {job}\n"
         f"    static_configs:\n      - targets: [{listed}]\n"
     )
     port = free_port()

@@ -300,6 +300,7 @@ def demo(
     report = _replay(DEMO_DIR, out, None, None, 1, quiet=False, audit_log=audit_log)
     report.print_summary(out, audit_log if had_audit else None)
     console.print(f"Audit log: [bold]{audit_log}[/]; explain an anomaly: trainguard explain ID --archive {out}")
+    console.print(f"Open the console on it: [bold]trainguard console --archive {out} --dev[/]")
     from trainguard.datasets.scoring import fault_table, load_labels
 
     # The scorer's own matching rule (place, kind, time window), as `trainguard score` applies it.
@@ -460,16 +461,33 @@ def console_cmd(
     ] = "",
     host: Annotated[str | None, typer.Option(help="Address to listen on (default: console.host, 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option(min=1, max=65535, help="Port (default: console.port, 8765).")] = None,
+    dev: Annotated[
+        bool,
+        typer.Option(
+            "--dev", help="On this machine only, no users to configure: prints a one-time sign-in link (an operator)."
+        ),
+    ] = False,
     config: ConfigOpt = None,
 ) -> None:
     """Serve the live dashboard: anomaly feed, job timelines, nodes, audit trail, approvals."""
+    import secrets
+
     import uvicorn
 
     from trainguard.console.app import create_app
     from trainguard.console.data import ConsoleData
     from trainguard.dataflows.action_step import make_executor
+    from trainguard.dataflows.config import ConsoleUser
 
     settings = settings_from(config)
+    one_time = None
+    if dev:
+        if (host or settings.console.host) not in ("127.0.0.1", "localhost", "::1"):
+            raise fail("--dev serves this machine only: drop --host (or use 127.0.0.1), or configure console.users.")
+        settings.console.users = [ConsoleUser(name="dev", role="operator")]
+        one_time = secrets.token_urlsafe(24)
+        if settings.audit_log is None and archive is not None and (archive / "audit.jsonl").is_file():
+            settings.audit_log = str(archive / "audit.jsonl")  # the demo's: approvals go through it
     if not settings.console.users:
         raise fail(
             "the console needs at least one user under console.users in the config "
@@ -495,8 +513,15 @@ def console_cmd(
         KafkaTail(settings.kafka, data)
     bind_host, bind_port = host or settings.console.host, port or settings.console.port
     console.print(f"trainguard console on http://{bind_host}:{bind_port}/")
+    if one_time is not None:
+        link = f"http://{bind_host}:{bind_port}/login?token={one_time}"
+        console.print(f"open {link} (the link works once)", soft_wrap=True)
     uvicorn.run(
-        create_app(settings, data, executor), host=bind_host, port=bind_port, log_level="warning", access_log=False
+        create_app(settings, data, executor, one_time_token=one_time),
+        host=bind_host,
+        port=bind_port,
+        log_level="warning",
+        access_log=False,
     )
 
 

@@ -1,6 +1,7 @@
 """``trainguard console``: the operators' live dashboard (Starlette, server-sent events, no CDN).
 
-Every page and API call needs a configured user (bearer token or basic auth);
+Every page and API call needs a configured user (bearer token or basic auth), or the
+session cookie that ``--dev``'s printed one-time link sets;
 approving or rejecting a recommendation needs the ``operator`` role and a CSRF
 token (an HMAC of the user name with a per-process secret) in the
 ``X-CSRF-Token`` header — a cross-site form cannot set it. Approvals go through
@@ -51,18 +52,47 @@ def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-class Auth:
-    """Resolves a request's user from ``Authorization`` (Bearer or Basic); constant-time comparisons."""
+SESSION_COOKIE = "trainguard_session"
 
-    def __init__(self, users: list[ConsoleUser]) -> None:
+
+class Auth:
+    """Resolves a request's user from ``Authorization`` (Bearer or Basic) or a session cookie;
+    constant-time comparisons.
+
+    A session cookie is given once, by ``/login?token=…``, for the one-time token that
+    ``trainguard console --dev`` prints (like Jupyter's): the token works a single time, the
+    cookie for as long as this process runs (it is an HMAC under the process's secret).
+    """
+
+    def __init__(self, users: list[ConsoleUser], one_time_token: str | None = None) -> None:
         self.users = users
         self.secret = secrets.token_bytes(32)
+        self._one_time = sha256_hex(one_time_token) if one_time_token else None
         # A browser sends the password with every request, and scrypt takes ~50 ms on
         # purpose: remember the passwords already verified, as HMACs under this
         # process's secret (never the passwords themselves).
         self._verified: set[bytes] = set()
 
+    def sign_in(self, token: str) -> ConsoleUser | None:
+        """The first user, for the one-time token (which then stops working); ``None`` otherwise."""
+        if self._one_time is None or not token or not self.users:
+            return None
+        if not hmac.compare_digest(self._one_time, sha256_hex(token)):
+            return None
+        self._one_time = None
+        return self.users[0]
+
+    def session(self, user: ConsoleUser) -> str:
+        mac = hmac.new(self.secret, b"session\0" + user.name.encode(), hashlib.sha256).hexdigest()
+        return f"{user.name}.{mac}"
+
     def user(self, request: Request) -> ConsoleUser | None:
+        cookie = request.cookies.get(SESSION_COOKIE)
+        if cookie:
+            name = cookie.rpartition(".")[0]
+            found = next((u for u in self.users if u.name == name), None)
+            if found is not None and hmac.compare_digest(cookie, self.session(found)):
+                return found
         header = request.headers.get("authorization", "")
         scheme, _, value = header.partition(" ")
         if scheme.lower() == "bearer" and value:
@@ -104,9 +134,14 @@ class _Headers(BaseHTTPMiddleware):
 
 
 def create_app(
-    settings: Settings, data: ConsoleData, executor: ActionExecutor | None, poll_s: float = 0.5
+    settings: Settings,
+    data: ConsoleData,
+    executor: ActionExecutor | None,
+    poll_s: float = 0.5,
+    one_time_token: str | None = None,
 ) -> Starlette:
-    auth = Auth(settings.console.users)
+    """The console; ``one_time_token``: ``/login?token=`` signs the first user in once (``--dev``)."""
+    auth = Auth(settings.console.users, one_time_token)
     lock = asyncio.Lock()  # one approval at a time: the executor is not re-entrant
 
     def silences() -> Silences | None:  # the executor's: the same file the flow reads
@@ -127,6 +162,17 @@ def create_app(
             return await handler(request, user)
 
         return endpoint
+
+    async def login(request: Request) -> Response:
+        user = auth.sign_in(request.query_params.get("token", ""))
+        if user is None:
+            return JSONResponse(
+                {"error": "this sign-in link is wrong or was already used; start trainguard console --dev again"},
+                status_code=401,
+            )
+        response = Response(status_code=303, headers={"Location": "/"})
+        response.set_cookie(SESSION_COOKIE, auth.session(user), httponly=True, samesite="strict", path="/")
+        return response
 
     async def index(request: Request, user: ConsoleUser) -> Response:
         return FileResponse(STATIC / "index.html")
@@ -269,6 +315,7 @@ def create_app(
     routes = [
         Route("/", guarded(index)),
         Route("/healthz", healthz),
+        Route("/login", login),
         Route("/api/me", guarded(me)),
         Route("/api/overview", guarded(overview)),
         Route("/api/anomalies", guarded(anomalies)),

@@ -680,24 +680,40 @@ def build_demo(seed: int = 0) -> ClusterSim:
     return sim
 
 
-def build_mix(seed: int, jobs: int, minutes: float) -> ClusterSim:
+MIXES = ("gpu", "progress", "logs")
+
+
+def build_mix(seed: int, jobs: int, minutes: float, emphasis: str | None = None) -> ClusterSim:
     """A throughput workload: ``jobs`` two-node jobs, half logging Megatron lines from rank 0 and half
     sending per-rank progress; every fourth hangs, every fourth straggles, all checkpoint once.
+
+    ``emphasis`` tilts the mix towards one kind of record (the same jobs and faults): ``gpu`` —
+    GPU samples every 2 s, steps half as often (~80 % GPU samples); ``progress`` — every job
+    sends per-rank progress (~80 %); ``logs`` — every job logs Megatron lines, eight steps a second.
 
     >>> sim = build_mix(1, jobs=4, minutes=10)
     >>> [(job.framework, job.fault.name if job.fault else None) for job in sim.jobs]
     [('megatron', None), ('per_rank', None), ('megatron', 'hang_silent'), ('per_rank', 'thermal_straggler')]
     """
-    sim = ClusterSim(seed, 2 * jobs, minutes * 60, names="node-{:04d}")
+    if emphasis not in (None, *MIXES):
+        raise ValueError(f"unknown mix {emphasis!r}; use one of {', '.join(MIXES)}.")
+    interval = 2.0 if emphasis == "gpu" else 10.0
+    sim = ClusterSim(seed, 2 * jobs, minutes * 60, gpu_interval_s=interval, names="node-{:04d}")
     t0, d = sim.t0, minutes * 60
+    step_scale = {"gpu": 2.0, "logs": 0.125}.get(emphasis or "", 1.0)
     for j in range(jobs):
+        framework = "per_rank" if j % 2 else "megatron"
+        if emphasis == "progress":
+            framework = "per_rank"
+        elif emphasis == "logs":
+            framework = "megatron"
         job = JobSim(
             str(10_000 + j),
             sim.nodes[2 * j : 2 * j + 2],
             t0 + 30,
             t0 + d - 30,
-            step_s=1.0 + (j % 3) * 0.5,
-            framework="per_rank" if j % 2 else "megatron",
+            step_s=(1.0 + (j % 3) * 0.5) * step_scale,
+            framework=framework,
             pauses=[(t0 + d * 2 / 3, 90.0, "checkpoint")],
         )
         if j % 4 == 2:
@@ -711,15 +727,18 @@ def build_mix(seed: int, jobs: int, minutes: float) -> ClusterSim:
 PRESETS = ("demo", "default", "llama3", "scale", "adversarial", "mix")
 
 
-def build(preset: str, seed: int, nodes: int | None = None, minutes: float | None = None) -> ClusterSim:
-    """A planned simulation for a preset: ``demo``, ``default``, ``llama3``, ``scale``, ``adversarial`` or ``mix``."""
+def build(
+    preset: str, seed: int, nodes: int | None = None, minutes: float | None = None, mix: str | None = None
+) -> ClusterSim:
+    """A planned simulation for a preset: ``demo``, ``default``, ``llama3``, ``scale``, ``adversarial`` or ``mix``
+    (``mix``: the ``mix`` preset's emphasis, see :func:`build_mix`)."""
     rng = random.Random(seed)
     if preset == "demo":
         if nodes is not None or minutes is not None:
             raise ValueError("the demo preset is fixed (twelve nodes, 45 minutes); drop --nodes and --minutes.")
         return build_demo(seed)
     if preset == "mix":
-        return build_mix(seed, jobs=(nodes or 32) // 2, minutes=minutes or 30)
+        return build_mix(seed, jobs=(nodes or 32) // 2, minutes=minutes or 30, emphasis=mix)
     if preset == "adversarial":
         from trainguard.datasets.adversarial import build_adversarial
 
@@ -870,7 +889,13 @@ class _Writers:
 
 
 def write_scenario(
-    preset: str, seed: int, out: Path, nodes: int | None = None, minutes: float | None = None, fmt: str = "jsonl"
+    preset: str,
+    seed: int,
+    out: Path,
+    nodes: int | None = None,
+    minutes: float | None = None,
+    fmt: str = "jsonl",
+    mix: str | None = None,
 ) -> dict[str, int]:
     """Generate a preset into a replay directory (JSON Lines or Parquet, plus labels.jsonl).
 
@@ -878,7 +903,7 @@ def write_scenario(
     """
     if fmt not in ("jsonl", "parquet"):
         raise ValueError(f"unknown format {fmt!r}; use jsonl or parquet.")
-    sim = build(preset, seed, nodes, minutes)
+    sim = build(preset, seed, nodes, minutes, mix)
     writers = _Writers(out, fmt)
     try:
         for topic, record in stream(sim):

@@ -77,6 +77,29 @@ def parse_config(text: str) -> tuple[str, int]:
     return kind, n
 
 
+def decode_rate(directory: Path) -> float:
+    """Records per second msgspec alone decodes into the wire types (the flow's ceiling), one core."""
+    import msgspec
+
+    from trainguard.dataflows.replay import topic_files
+    from trainguard.detectors.events import GpuSample, JobEvent, LogRecord, NodeEvent, ProgressRecord
+
+    types: dict[str, Any] = {"logs": LogRecord, "progress": ProgressRecord, "gpu": GpuSample}
+    types["scheduler"] = JobEvent | NodeEvent
+    lines = {
+        topic: [line for path in paths if path.suffix == ".jsonl" for line in path.read_bytes().splitlines() if line]
+        for topic, paths in topic_files(directory).items()
+        if topic in types
+    }
+    total = sum(len(v) for v in lines.values())
+    started = time.perf_counter()
+    for topic, payloads in lines.items():
+        decode = msgspec.json.Decoder(types[topic]).decode
+        for payload in payloads:
+            decode(payload)
+    return total / (time.perf_counter() - started)
+
+
 def replay_throughput(
     configs: list[tuple[str, int]],
     preset: str | None = None,
@@ -84,10 +107,12 @@ def replay_throughput(
     jobs: int = 16,
     minutes: float = 30.0,
     repeat: int = 5,
+    mix: str | None = None,
 ) -> None:
     """Replay the workload once per configuration per repeat, configurations taking turns; print the rates.
 
-    ``configs``: what :func:`parse_config` returns, e.g. ``[("t", 1), ("p", 2)]``.
+    ``configs``: what :func:`parse_config` returns, e.g. ``[("t", 1), ("p", 2)]``. ``mix``: tilt the
+    ``mix`` workload towards ``gpu``, ``progress`` or ``logs`` records (see ``generator.build_mix``).
     """
     from trainguard.dataflows.config import Settings
     from trainguard.dataflows.flow import Outputs, build_flow
@@ -102,14 +127,16 @@ def replay_throughput(
             write_scenario(preset, seed, directory)
             workload = f"`{preset}` preset, seed {seed}"
         else:
-            write_scenario("mix", 1, directory, nodes=2 * jobs, minutes=minutes)
-            workload = f"`mix` preset, {jobs} jobs × {minutes:g} min"
+            counts = write_scenario("mix", 1, directory, nodes=2 * jobs, minutes=minutes, mix=mix)
+            shares = ", ".join(f"{n / sum(counts.values()):.0%} {t}" for t, n in counts.items() if n)
+            workload = f"`mix` preset{f' ({mix})' if mix else ''}, {jobs} jobs × {minutes:g} min: {shares}"
         (directory / "labels.jsonl").unlink()
         total = count_records(directory)
 
         started = time.perf_counter()
         sum(1 for _ in merged_events(directory))
         read_rate = total / (time.perf_counter() - started)
+        raw_rate = decode_rate(directory)
 
         timings: dict[tuple[str, int], list[float]] = {c: [] for c in configs}
         most = max((n for kind, n in configs if kind == "p"), default=1)
@@ -134,6 +161,7 @@ def replay_throughput(
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"workload              {workload}")
     print(f"events                {total:>12,}")
+    print(f"msgspec decode alone  {raw_rate:>12,.0f} events/s (one core: the flow's ceiling)")
     print(f"replay read + decode  {read_rate:>12,.0f} events/s (one core)")
     baseline = None
     for (kind, n), runs in timings.items():
@@ -145,7 +173,7 @@ def replay_throughput(
         label = f"{n} worker {noun}{plural}".rstrip()
         print(
             f"{label:<21} {rate:>12,.0f} events/s median of {len(runs)} ({median:.2f}s incl. start-up), "
-            f"×{rate / baseline:.2f}; anomalies {sorted(found[(kind, n)])}"
+            f"×{rate / baseline:.2f}, {rate / raw_rate:.3f}× decode; anomalies {sorted(found[(kind, n)])}"
         )
     if ceilings:
         ceiling = sorted(ceilings)[len(ceilings) // 2]

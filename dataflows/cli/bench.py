@@ -29,18 +29,25 @@ def replay_cmd(
     jobs: Annotated[int, typer.Option(min=1, help="Jobs of the mix.")] = 16,
     minutes: Annotated[float, typer.Option(min=1, help="Event-time length of the mix.")] = 30.0,
     repeat: Annotated[int, typer.Option(min=1, help="Runs of each configuration; the median is printed.")] = 5,
+    mix: Annotated[
+        str | None, typer.Option(help="Tilt the mix towards one kind of record: gpu, progress or logs.")
+    ] = None,
 ) -> None:
     """Replay throughput of the real flow, configurations taking turns so they share the machine's moods."""
     from trainguard.benchmarks.bench import parse_config, replay_throughput
-    from trainguard.datasets.generator import PRESETS
+    from trainguard.datasets.generator import MIXES, PRESETS
 
     if preset is not None and preset not in PRESETS:
         raise fail(f"unknown preset {preset!r}; the presets are: {', '.join(PRESETS)}.")
+    if mix is not None and mix not in MIXES:
+        raise fail(f"unknown --mix {mix!r}; use one of {', '.join(MIXES)}.")
+    if mix is not None and preset is not None:
+        raise fail("--mix tilts the mix workload; drop --preset to use it.")
     try:
         configs = [parse_config(text) for text in run or ["1"]]
     except ValueError as exc:
         raise fail(str(exc)) from None
-    replay_throughput(configs, preset=preset, seed=seed, jobs=jobs, minutes=minutes, repeat=repeat)
+    replay_throughput(configs, preset=preset, seed=seed, jobs=jobs, minutes=minutes, repeat=repeat, mix=mix)
 
 
 @bench_app.command("detectors")

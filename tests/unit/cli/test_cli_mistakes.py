@@ -84,6 +84,7 @@ def _mistakes(tmp: Path) -> list[list[str]]:
         ["config", "init", unwritable + "/tg.yaml"],
         ["bench", "replay", "--run", "x2"],
         ["bench", "replay", "--preset", "nope"],
+        ["bench", "replay", "--mix", "video"],
         ["bench", "corpus", missing],
         ["bench", "nab", "--nab", missing],
         ["bench", "nab", "--detector", "nope", "--nab", str(tmp)],

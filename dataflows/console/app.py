@@ -217,7 +217,12 @@ def create_app(
         return JSONResponse(data.nodes())
 
     async def audit(request: Request, user: ConsoleUser) -> Response:
-        return JSONResponse(data.audit_trail())
+        try:
+            offset = max(0, int(request.query_params.get("offset", "0")))
+            limit = min(500, max(1, int(request.query_params.get("limit", "50"))))
+        except ValueError:
+            return JSONResponse({"error": "offset and limit are whole numbers"}, status_code=400)
+        return JSONResponse(data.audit_trail(offset, limit))
 
     async def pending(request: Request, user: ConsoleUser) -> Response:
         return JSONResponse(data.pending())

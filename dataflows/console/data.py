@@ -179,10 +179,19 @@ class ConsoleData:
                     per_node[a["target"]]["drained"] = True
             return [{**v, "anomalies": dict(v["anomalies"])} for _, v in sorted(per_node.items())]
 
-    def audit_trail(self, limit: int = 200) -> list[dict[str, Any]]:
+    def audit_trail(self, offset: int = 0, limit: int = 50) -> dict[str, Any]:
+        """One page of the audit trail, newest first, and how many entries there are in all.
+
+        ``driver`` says what carried an entry out: the scheduler driver's name, ``dry-run``, or
+        ``None`` for a recommendation nobody ran.
+        """
+        keep = ("recorded_at", "decided_at", "event", "action", "target", "mode", "driver", "noop")
+        keep += ("job_id", "category", "reason", "user")
         with self._lock:
-            keep = ("recorded_at", "event", "action", "target", "mode", "job_id", "category", "reason", "user")
-            return [{k: e.get(k) for k in keep} for e in self.audit[-limit:]][::-1]
+            total = len(self.audit)
+            end = max(0, total - offset)
+            rows = self.audit[max(0, end - limit) : end]
+            return {"total": total, "offset": offset, "rows": [{k: e.get(k) for k in keep} for e in reversed(rows)]}
 
     def decision(self, action_id: str) -> tuple[Anomaly, Action] | None:
         """The anomaly and action behind a recommendation, rebuilt for the executor."""

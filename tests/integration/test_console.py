@@ -266,3 +266,19 @@ def test_console_reads_anomalies_and_live_progress_from_kafka(tansu, tmp_path: P
     assert {a["anomaly_id"] for a in data.feed()} == {a.anomaly_id for a in demo.anomalies}
     assert len(data.feed()) == len(demo.anomalies)
     assert sum(n for _, n in data.job("77")["progress"]) == 30
+
+
+def test_the_audit_trail_pages_and_says_what_ran(monitored: tuple[Settings, Path]):
+    settings, audit = monitored
+    client = client_for(settings, audit, DryRunDriver(demo_inventory()))
+    headers = basic("alice", "alice-pw")
+    everything = client.get("/api/audit?limit=500", headers=headers).json()
+    assert everything["total"] == len(everything["rows"]) > 3
+    first = client.get("/api/audit?limit=2", headers=headers).json()
+    second = client.get("/api/audit?offset=2&limit=2", headers=headers).json()
+    assert [r["recorded_at"] for r in first["rows"] + second["rows"]] == [
+        r["recorded_at"] for r in everything["rows"][:4]
+    ]  # newest first, pages without gaps or repeats
+    assert all("driver" in r for r in everything["rows"])
+    assert {r["driver"] for r in everything["rows"] if r["event"] == "recommended"} == {None}
+    assert client.get("/api/audit?offset=x", headers=headers).status_code == 400

@@ -21,9 +21,14 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+// One clock everywhere: UTC, labelled. Event times (detections, decisions) and wall times (when the
+// audit log recorded an entry) are both UTC; the column headers say which is which.
 function when(ts) {
-  return ts ? new Date(ts * 1000).toISOString().replace("T", " ").slice(0, 19) : "-";
+  return ts ? new Date(ts * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC" : "-";
 }
+
+let auditOffset = 0;
+const AUDIT_PAGE = 50;
 
 function renderOverview(o) {
   const cards = document.getElementById("cards");
@@ -54,7 +59,7 @@ function renderFeed(anomalies) {
         el("strong", {}, `${a.kind}/${a.category}`),
         ` ${a.layer}${a.transient === false ? ", persistent" : a.transient ? ", transient" : ""} · `,
         a.job_id ? el("a", { class: "job", onclick: () => showJob(a.job_id) }, `job ${a.job_id}`) : "no job",
-        ` · ${(a.nodes || []).join(", ") || "-"} · ${when(a.detected_at)}`,
+        ` · ${(a.nodes || []).join(", ") || "-"} · detected ${when(a.detected_at)} (event time)`,
         el(
           "span",
           { class: a.resolved_at ? "status resolved" : "status open" },
@@ -129,11 +134,29 @@ function renderNodes(nodes) {
   );
 }
 
-function renderAudit(entries) {
+// Who carried an entry out: the scheduler driver, a dry run (nothing ran), or nobody (a recommendation).
+function ranBy(e) {
+  if (e.driver === "dry-run") return "dry run (nothing ran)";
+  if (e.driver) return e.noop ? `${e.driver} (already so)` : e.driver;
+  return e.event === "recommended" ? "— (recommendation)" : "—";
+}
+
+function renderAudit(page) {
   document.querySelector("#audit tbody").replaceChildren(
-    ...entries.map((e) => el("tr", {}, el("td", {}, when(e.recorded_at)), el("td", {}, e.event), el("td", {}, e.action || "-"),
-      el("td", {}, e.target || "-"), el("td", {}, e.mode || "-"), el("td", {}, e.user || ""), el("td", {}, e.reason || ""))),
+    ...page.rows.map((e) => el("tr", {}, el("td", {}, when(e.recorded_at)), el("td", {}, e.event), el("td", {}, e.action || "-"),
+      el("td", {}, e.target || "-"), el("td", {}, e.mode || "-"), el("td", {}, ranBy(e)), el("td", {}, e.user || ""),
+      el("td", {}, e.reason || ""))),
   );
+  const first = page.total ? page.offset + 1 : 0;
+  const last = Math.min(page.total, page.offset + page.rows.length);
+  document.getElementById("audit-page").textContent = `${first}–${last} of ${page.total}, newest first`;
+  document.getElementById("audit-newer").disabled = page.offset === 0;
+  document.getElementById("audit-older").disabled = last >= page.total;
+}
+
+async function pageAudit(step) {
+  auditOffset = Math.max(0, auditOffset + step * AUDIT_PAGE);
+  renderAudit(await api(`/api/audit?offset=${auditOffset}&limit=${AUDIT_PAGE}`));
 }
 
 function renderSilences(silences) {
@@ -201,7 +224,8 @@ async function showJob(jobId) {
 
 async function refresh() {
   const [overview, feed, pending, nodes, audit, silences] = await Promise.all(
-    ["/api/overview", "/api/anomalies", "/api/pending", "/api/nodes", "/api/audit", "/api/silences"].map((p) => api(p)),
+    ["/api/overview", "/api/anomalies", "/api/pending", "/api/nodes", `/api/audit?offset=${auditOffset}&limit=${AUDIT_PAGE}`,
+      "/api/silences"].map((p) => api(p)),
   );
   renderSilences(silences);
   renderOverview(overview);
@@ -217,6 +241,8 @@ async function start() {
   me = await api("/api/me");
   document.getElementById("who").textContent = `${me.user} (${me.role})`;
   document.getElementById("modes").textContent = me.modes.map((m) => `${m.scope}: ${m.mode}`).join(" · ") + ` · driver ${me.driver}`;
+  document.getElementById("audit-newer").addEventListener("click", () => pageAudit(-1));
+  document.getElementById("audit-older").addEventListener("click", () => pageAudit(1));
   document.getElementById("silence-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const form = new FormData(event.target);

@@ -39,6 +39,7 @@ from trainguard.detectors.catalogue import (
     XID,
     Signature,
 )
+from trainguard.detectors.literals import required_literals
 from trainguard.detectors.settings import SiteSignature
 from trainguard.detectors.xid import xid_info
 
@@ -175,10 +176,60 @@ def use_site_signatures(signatures: Iterable[SiteSignature]) -> None:
     )
 
 
+class _Plan:
+    """Which patterns of a tuple of signatures are worth searching in a line.
+
+    Each pattern's required strings (:func:`~trainguard.detectors.literals.required_literals`)
+    go into one Aho-Corasick automaton (one for case-insensitive patterns, over the
+    lower-cased line); a line is searched only with the patterns one of whose strings it
+    contains, in the signatures' order, so the first match is the same as searching them all.
+    """
+
+    def __init__(self, signatures: tuple[Signature, ...]) -> None:
+        self.signatures = signatures
+        words: dict[tuple[str, bool], int] = {}
+        self.needs: list[frozenset[int] | None] = []
+        for sig in signatures:
+            found = required_literals(sig.pattern)
+            self.needs.append(None if found is None else frozenset(words.setdefault(w, len(words)) for w in found))
+        exact = [(w, i) for (w, folded), i in words.items() if not folded]
+        folded = [(w, i) for (w, is_folded), i in words.items() if is_folded]
+        self._exact_ids = [i for _, i in exact]
+        self._folded_ids = [i for _, i in folded]
+        self._exact_ac = ahocorasick_rs.AhoCorasick([w for w, _ in exact]) if exact else None
+        self._folded_ac = ahocorasick_rs.AhoCorasick([w for w, _ in folded]) if folded else None
+
+    def present(self, line: str) -> set[int]:
+        """The ids of the required strings in ``line`` (case-insensitive ones in its lower-case form; all
+        of those when the line is not ASCII, where case-folding is not plain lower-casing)."""
+        found: set[int] = set()
+        if self._exact_ac is not None:
+            ids = self._exact_ids
+            found.update(ids[i] for i, _, _ in self._exact_ac.find_matches_as_indexes(line, overlapping=True))
+        if self._folded_ac is not None:
+            if line.isascii():
+                ids = self._folded_ids
+                hits = self._folded_ac.find_matches_as_indexes(line.lower(), overlapping=True)
+                found.update(ids[i] for i, _, _ in hits)
+            else:
+                found.update(self._folded_ids)
+        return found
+
+
+_PLANS: dict[int, _Plan] = {}
+
+
+def _plan(signatures: tuple[Signature, ...]) -> _Plan:
+    plan = _PLANS.get(id(signatures))
+    if plan is None or plan.signatures is not signatures:
+        plan = _PLANS[id(signatures)] = _Plan(signatures)
+    return plan
+
+
 def match_line(line: str) -> SignatureMatch | None:
     """The first site or catalogue signature matching ``line``, with extracted fields."""
     line = clip(line)
-    site = _search(_site, line)
+    site = _search(_site, line) if _site else None
     if site is not None:
         return site
     if not could_match(line):
@@ -189,7 +240,11 @@ def match_line(line: str) -> SignatureMatch | None:
 
 def _search(signatures: tuple[Signature, ...], line: str) -> SignatureMatch | None:
     """The first of ``signatures`` that matches ``line``, with the fields it and the line carry."""
-    for sig in signatures:
+    plan = _plan(signatures)
+    present = plan.present(line)
+    for sig, need in zip(signatures, plan.needs, strict=True):
+        if need is not None and need.isdisjoint(present):
+            continue  # none of the strings every match contains is in the line
         if sig.anchors and not any(word in line for word in sig.anchors):
             continue
         m = sig.regex.search(line)

@@ -1,0 +1,105 @@
+"""Literal pieces every match of a regular expression must contain, read from the pattern itself.
+
+A log line is tested against a hundred-odd signature patterns. Most lines share a word with
+*some* pattern (Megatron prints "number of nan iterations: 0" on every step), and then every
+pattern would be searched. :func:`required_literals` reads a pattern's syntax tree and returns
+strings one of which any match must contain — the alternatives of the most selective
+mandatory piece — so the search can skip a pattern whose strings are not in the line. It is
+*sound*, never clever: optional parts, character classes, look-arounds and back-references
+give nothing, an alternation gives something only when every branch does, and a pattern it
+cannot bound is simply always searched. Each string says whether it is case-insensitive (from
+``(?i)`` or ``(?i:…)``): those are lower-case, to be looked for in the lower-cased line.
+
+>>> required_literals(r"NVRM: Xid \\(PCI:[0-9a-f:.]+\\): (?P<xid>\\d+)")
+frozenset({('NVRM: Xid (PCI:', False)})
+>>> sorted(required_literals(r"(?:CUDA out of memory|OutOfMemoryError)"))
+[('CUDA out of memory', False), ('OutOfMemoryError', False)]
+>>> sorted(required_literals(r"(?i:watchdog (?:caught|got stuck))|WatchdogTimeout"))
+[('WatchdogTimeout', False), ('watchdog ', True)]
+>>> required_literals(r"\\d+ errors?|x") is None  # a branch of one character bounds nothing useful
+True
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+try:  # Python 3.11+
+    from re import _constants as _c  # type: ignore[attr-defined]
+    from re import _parser as _p  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - older Pythons
+    import sre_constants as _c  # type: ignore[no-redef]
+    import sre_parse as _p  # type: ignore[no-redef]
+
+MIN_LENGTH = 2  # a shorter string is in nearly every line: not worth a look-up
+
+Literal = tuple[str, bool]  # (text, case-insensitive: then lower-case)
+Requirement = frozenset[Literal] | None
+
+
+def required_literals(pattern: str) -> Requirement:
+    """Strings one of which every match of ``pattern`` contains; ``None`` when it cannot tell."""
+    try:
+        tree = _p.parse(pattern)
+    except (re.error, RecursionError):
+        return None
+    flags = tree.state.flags
+    if flags & (re.VERBOSE | re.LOCALE):  # not used by the catalogue; keep the analysis simple
+        return None
+    return _sequence(list(tree), bool(flags & re.IGNORECASE))
+
+
+def _sequence(items: list[tuple[Any, Any]], ignore_case: bool) -> Requirement:
+    """The most selective requirement among a sequence's mandatory pieces (each one must match)."""
+    candidates: list[frozenset[Literal]] = []
+    run: list[str] = []
+
+    def close_run() -> None:
+        if len(run) >= MIN_LENGTH:
+            text = "".join(run)
+            candidates.append(frozenset({(text.lower(), True) if ignore_case else (text, False)}))
+        run.clear()
+
+    for op, av in items:
+        if op is _c.LITERAL:
+            run.append(chr(av))
+            continue
+        close_run()
+        inner = _piece(op, av, ignore_case)
+        if inner is not None:
+            candidates.append(inner)
+    close_run()
+    return max(candidates, key=_selectivity, default=None)
+
+
+def _piece(op: Any, av: Any, ignore_case: bool) -> Requirement:
+    if op is _c.SUBPATTERN:
+        _, add_flags, del_flags, sub = av
+        if (add_flags | del_flags) & (re.VERBOSE | re.LOCALE):
+            return None
+        if add_flags & re.IGNORECASE:
+            ignore_case = True
+        elif del_flags & re.IGNORECASE:
+            ignore_case = False
+        return _sequence(list(sub), ignore_case)
+    if op in (_c.MAX_REPEAT, _c.MIN_REPEAT, getattr(_c, "POSSESSIVE_REPEAT", None)):
+        low, _, sub = av
+        return _sequence(list(sub), ignore_case) if low >= 1 else None
+    if op is _c.BRANCH:
+        _, branches = av
+        union: set[Literal] = set()
+        for branch in branches:
+            found = _sequence(list(branch), ignore_case)
+            if found is None:
+                return None  # one branch without a bound: the alternation has none
+            union |= found
+        return frozenset(union)
+    if op is getattr(_c, "ATOMIC_GROUP", None):
+        return _sequence(list(av), ignore_case)
+    return None  # classes, any, anchors, look-arounds, back-references: no literal
+
+
+def _selectivity(strings: frozenset[Literal]) -> tuple[int, int]:
+    """Fewer alternatives, then longer shortest string: the rarer requirement."""
+    return (-len(strings), min(len(text) for text, _ in strings))

@@ -199,14 +199,26 @@ def test_console_in_chromium_feed_updates_live_and_approval_is_audited(browser, 
         replayer.start()
         page.locator("#feed li").nth(4).wait_for(timeout=60_000)  # (the page's CSP forbids eval'd waits)
         replayer.join()
-        page.wait_for_selector("tr[data-action] >> text=gpu-node-10")
+        page.wait_for_selector("#pending article >> text=gpu-node-10")
         assert "xid_79" in page.locator("#feed").inner_text()
         page.locator("#feed a.job", has_text="job 1004").first.click()  # the straggler: per-rank progress
         page.wait_for_selector("#job-title:has-text('job 1004')")
         page.locator("#sparkline polyline").wait_for(state="attached")
         assert page.locator("#sparkline line.anomaly-marker").count() >= 1
-        row = page.locator("#pending tr", has_text="gpu-node-10")
-        row.get_by_role("button", name="Approve").click()
+        # One card per incident; a decision is confirmed in a dialog that names the node and every action.
+        crash = page.locator("#pending article", has_text="xid_79")
+        assert crash.locator("li[data-action]").count() == 2  # the drain and the requeue, together
+        crash.get_by_role("button", name="Approve…").click()
+        dialog = page.locator("#confirm")
+        dialog.wait_for(state="visible")
+        assert "gpu-node-04" in dialog.inner_text() and "requeue job 1002" in dialog.inner_text()
+        dialog.get_by_role("button", name="Cancel").click()  # cancelled: nothing happens
+        dialog.wait_for(state="hidden")
+        card = page.locator("#pending article", has_text="gpu-node-10")
+        card.get_by_role("button", name="Approve…").click()
+        dialog.wait_for(state="visible")
+        assert "node gpu-node-10" in dialog.inner_text()
+        dialog.get_by_role("button", name="Confirm").click()
         page.wait_for_selector("#decision-result:has-text('applied')")
         page.wait_for_selector("#audit >> text=approved")
         # An operator silences a node for its RMA, then ends the silence early.
@@ -219,6 +231,11 @@ def test_console_in_chromium_feed_updates_live_and_approval_is_audited(browser, 
         page.wait_for_selector("#audit >> text=silence_added")
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "console.png"), full_page=True)
+        for width, height in ((1440, 900), (1024, 768)):
+            page.set_viewport_size({"width": width, "height": height})
+            page.screenshot(path=str(ARTIFACTS / f"console-{width}x{height}.png"), full_page=True)
+            wider = page.evaluate("() => document.documentElement.scrollWidth - document.documentElement.clientWidth")
+            assert wider <= 0, f"the page is {wider}px wider than a {width}px window: something clips or scrolls"
         page.locator("#silences tr", has_text="gpu-node-04").get_by_role("button", name="Expire").click()
         page.wait_for_selector("#silence-result:has-text('expired')")
         page.wait_for_selector("#audit >> text=silence_expired")

@@ -94,36 +94,92 @@ function renderStacks(a) {
 }
 
 async function decide(actionId, verb, reason) {
-  const result = document.getElementById("decision-result");
-  try {
-    const done = await api(`/api/actions/${encodeURIComponent(actionId)}/${verb}`, {
-      method: "POST",
-      headers: { "Content-Type": "application/json", "X-CSRF-Token": me.csrf },
-      body: JSON.stringify(verb === "reject" ? { reason } : {}),
-    });
-    result.textContent = `${done.action} ${done.target}: ${done.status} — ${done.reason}`;
-  } catch (error) {
-    result.textContent = `refused: ${error.message}`;
+  const done = await api(`/api/actions/${encodeURIComponent(actionId)}/${verb}`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", "X-CSRF-Token": me.csrf },
+    body: JSON.stringify(verb === "reject" ? { reason } : {}),
+  });
+  return `${done.action} ${done.target}: ${done.status} — ${done.reason}`;
+}
+
+// What an action does, in words an on-call engineer confirms.
+function describeAction(a) {
+  const exclude = a.params && a.params.exclude ? ` (excluding ${a.params.exclude})` : "";
+  return {
+    drain_node: `drain node ${a.target}: no new job lands there`,
+    resume_node: `return node ${a.target} to service`,
+    requeue_job: `requeue job ${a.target}${exclude}`,
+    hold_job: `hold job ${a.target}`,
+    release_job: `release job ${a.target}`,
+    cancel_job: `cancel job ${a.target}`,
+    diagnose: `dump the stacks of job ${a.target}`,
+  }[a.action] || `${a.action} ${a.target}`;
+}
+
+// One decision for a whole incident: every action of it, after a confirmation that names them.
+function askThenDecide(incident, verb) {
+  const dialog = document.getElementById("confirm");
+  const nodes = incident.actions.filter((a) => a.action === "drain_node").map((a) => a.target);
+  document.getElementById("confirm-title").textContent = verb === "approve"
+    ? `Approve for ${incident.kind}/${incident.category}${nodes.length ? ` — node ${nodes.join(", ")}` : ""}?`
+    : `Reject every action of ${incident.kind}/${incident.category}?`;
+  document.getElementById("confirm-actions").replaceChildren(...incident.actions.map((a) => el("li", {}, describeAction(a))));
+  document.getElementById("confirm-reason-label").hidden = verb !== "reject";
+  document.getElementById("confirm-note").textContent = verb === "approve"
+    ? `Carried out through the ${me.driver} driver, checked against the scheduler's inventory and the breaker first.`
+    : "Nothing is carried out; the reason goes to the audit log.";
+  const reason = document.getElementById("confirm-reason");
+  reason.value = "";
+  dialog.onclose = async () => {
+    if (dialog.returnValue !== "confirm") return;
+    if (verb === "reject" && !reason.value.trim()) {
+      document.getElementById("decision-result").textContent = "a rejection needs a reason: nothing was rejected";
+      return;
+    }
+    const lines = [];
+    for (const a of incident.actions) {  // in the policy's order: a drain before the requeue that avoids the node
+      try {
+        lines.push(await decide(a.action_id, verb, reason.value.trim()));
+      } catch (error) {
+        lines.push(`${a.action} ${a.target}: refused — ${error.message}`);
+      }
+    }
+    document.getElementById("decision-result").textContent = lines.join("; ");
+    refresh();
+  };
+  dialog.showModal();
+}
+
+function incidents(rows) {
+  const byAnomaly = new Map();
+  for (const a of rows) {
+    const key = a.anomaly_id || a.action_id;
+    if (!byAnomaly.has(key)) byAnomaly.set(key, { ...a, actions: [] });
+    byAnomaly.get(key).actions.push(a);
   }
-  refresh();
+  return [...byAnomaly.values()];
 }
 
 function renderPending(rows) {
   document.getElementById("pending-empty").hidden = rows.length > 0;
   const operator = me && me.role === "operator";
-  document.querySelector("#pending tbody").replaceChildren(
-    ...rows.map((a) => {
-      const reason = el("input", { placeholder: "why reject?", "aria-label": "reason" });
-      const buttons = operator
-        ? [
-            el("button", { class: "approve", onclick: () => decide(a.action_id, "approve") }, "Approve"),
-            reason,
-            el("button", { class: "reject", onclick: () => decide(a.action_id, "reject", reason.value) }, "Reject"),
-          ]
-        : [el("span", { class: "muted" }, "operators decide")];
-      return el("tr", { "data-action": a.action_id }, el("td", {}, a.action), el("td", {}, a.target),
-        el("td", {}, a.reason), el("td", {}, a.job_id || "-"), el("td", {}, ...buttons));
-    }),
+  document.getElementById("pending").replaceChildren(
+    ...incidents(rows).map((i) =>
+      el(
+        "article",
+        { class: `decision ${i.layer || "unknown"}`, "data-anomaly": i.anomaly_id },
+        el("header", {}, el("strong", {}, `${i.kind}/${i.category}`), ` · ${i.layer || "unknown"} · `,
+          i.job_id ? `job ${i.job_id}` : "no job", ` · ${(i.nodes || []).join(", ") || "-"}`,
+          el("span", { class: "muted" }, ` · detected ${when(i.detected_at)} (event time)`)),
+        el("div", { class: "evidence" }, (i.evidence || []).slice(0, 3).join("\n")),
+        el("p", { class: "muted" }, `policy: ${i.reason}`),
+        el("ul", { class: "actions" }, ...i.actions.map((a) => el("li", { "data-action": a.action_id }, describeAction(a)))),
+        operator
+          ? el("div", {}, el("button", { class: "approve", onclick: () => askThenDecide(i, "approve") }, "Approve…"),
+              el("button", { class: "reject", onclick: () => askThenDecide(i, "reject") }, "Reject…"))
+          : el("span", { class: "muted" }, "operators decide"),
+      ),
+    ),
   );
 }
 

@@ -216,6 +216,12 @@ def create_app(
     async def nodes(request: Request, user: ConsoleUser) -> Response:
         return JSONResponse(data.nodes())
 
+    async def cluster(request: Request, user: ConsoleUser) -> Response:
+        return JSONResponse(data.cluster_map())
+
+    async def node(request: Request, user: ConsoleUser) -> Response:
+        return JSONResponse(data.node(request.path_params["node"]))
+
     async def audit(request: Request, user: ConsoleUser) -> Response:
         try:
             offset = max(0, int(request.query_params.get("offset", "0")))
@@ -326,6 +332,8 @@ def create_app(
         Route("/api/anomalies", guarded(anomalies)),
         Route("/api/jobs/{job_id}", guarded(job)),
         Route("/api/nodes", guarded(nodes)),
+        Route("/api/cluster", guarded(cluster)),
+        Route("/api/nodes/{node}", guarded(node)),
         Route("/api/audit", guarded(audit)),
         Route("/api/pending", guarded(pending)),
         Route("/api/actions/{action_id}/{verb:str}", guarded(decide, operator=True), methods=["POST"]),

@@ -51,6 +51,7 @@ class ConsoleData:
         self._seen_files: set[Path] = set()
         self._lock = threading.Lock()
         self.progress = _load_progress(progress) if progress is not None else {}
+        self.gpus = _load_gpus(progress) if progress is not None else {}
 
     # ------------------------------------------------------------ reading
 
@@ -179,6 +180,33 @@ class ConsoleData:
                     per_node[a["target"]]["drained"] = True
             return [{**v, "anomalies": dict(v["anomalies"])} for _, v in sorted(per_node.items())]
 
+    def cluster_map(self) -> dict[str, Any]:
+        """Nodes × GPUs, each GPU's health from the anomalies and the actions (see :func:`gpu_health`),
+        with its latest telemetry when a replay directory gave some."""
+        with self._lock:
+            drained = {a["target"] for a in self.actions.values() if a.get("action") == "drain_node" and _applied(a)}
+            nodes = set(self.gpus) | {n for a in self.anomalies.values() for n in a.get("nodes") or []}
+            width = max([len(g) for g in self.gpus.values()] + [8])
+            rows = []
+            for node in sorted(nodes):
+                telemetry = self.gpus.get(node, {})
+                indexes = sorted(set(range(width)) | set(telemetry)) if telemetry else list(range(width))
+                cells = []
+                for gpu in indexes:
+                    health, why = gpu_health(node, gpu, self.anomalies.values(), node in drained)
+                    cells.append({"gpu": gpu, "health": health, "why": why, **telemetry.get(gpu, {})})
+                rows.append({"node": node, "drained": node in drained, "reported": bool(telemetry), "gpus": cells})
+            return {"nodes": rows, "levels": list(HEALTH_LEVELS)}
+
+    def node(self, node: str) -> dict[str, Any]:
+        """One node: its GPUs (health and latest telemetry), anomalies and actions."""
+        row = next((r for r in self.cluster_map()["nodes"] if r["node"] == node), None)
+        with self._lock:
+            anomalies = [a for a in self.anomalies.values() if node in (a.get("nodes") or [])]
+            actions = [a for a in self.actions.values() if a.get("target") == node]
+        anomalies.sort(key=lambda a: a.get("detected_at") or 0, reverse=True)
+        return {"node": node, "known": row is not None, **(row or {}), "anomalies": anomalies, "actions": actions}
+
     def audit_trail(self, offset: int = 0, limit: int = 50) -> dict[str, Any]:
         """One page of the audit trail, newest first, and how many entries there are in all.
 
@@ -230,6 +258,41 @@ class ConsoleData:
         )
 
 
+HEALTH_LEVELS = ("ok", "watched", "suspect", "drained", "lost")
+_LOST = frozenset({"gpu_lost", "xid_79"})  # fallen off the bus: the GPU is gone until the node is reset
+
+
+def gpu_health(node: str, gpu: int, anomalies: Any, drained: bool) -> tuple[str, str]:
+    """A GPU's health and why: ``lost`` (its anomaly says it fell off the bus), ``drained`` (its node
+    is), ``suspect`` (an open anomaly names it or, naming no GPU, its node), ``watched`` (a warning,
+    or a resolved anomaly), else ``ok``.
+
+    >>> a = {"anomaly_id": "an-1", "kind": "node_unhealthy", "category": "ecc_sbe_burst", "nodes": ["n1"],
+    ...      "gpus": ["n1/2"], "severity": "critical", "resolved_at": None}
+    >>> gpu_health("n1", 2, [a], False), gpu_health("n1", 3, [a], False), gpu_health("n1", 3, [a], True)
+    (('suspect', 'node_unhealthy/ecc_sbe_burst (an-1)'), ('ok', ''), ('drained', 'node drained'))
+    """
+    level, why = 0, ""
+    for a in anomalies:
+        if node not in (a.get("nodes") or []):
+            continue
+        named = [g.split("/", 1)[1] for g in a.get("gpus") or [] if g.startswith(f"{node}/")]
+        indexes = {int(g) for g in named if g.isdigit()}
+        if indexes and gpu not in indexes:
+            continue  # it names other GPUs of the node
+        if a.get("category") in _LOST and (gpu in indexes or (not indexes and not named)):
+            found = 4
+        elif a.get("resolved_at") or a.get("severity") == "warning":
+            found = 1
+        else:
+            found = 2
+        if found > level:
+            level, why = found, f"{a.get('kind')}/{a.get('category')} ({a.get('anomaly_id')})"
+    if drained and level < 3:
+        level, why = 3, "node drained"
+    return HEALTH_LEVELS[level], why
+
+
 def _pending(entry: dict[str, Any]) -> bool:
     """A recommendation nobody has approved or rejected yet (a notification needs no decision)."""
     return entry.get("event") == "recommended" and entry.get("action") != "notify"
@@ -242,6 +305,36 @@ def _applied(entry: dict[str, Any]) -> bool:
 def _original_reason(reason: str) -> str:
     # A breaker-held drain's reason says why it was held; the scheduler should get the anomaly's.
     return reason.split("; circuit breaker open:")[0]
+
+
+_GPU_FIELDS = ("util_pct", "power_w", "temp_c", "sm_clock_mhz", "mem_used_mib")
+_GPU_FIELDS += ("ecc_sbe_total", "ecc_dbe_total", "pcie_replay_total", "nvlink_crc_total")
+
+
+def _load_gpus(directory: Path) -> dict[str, dict[int, dict[str, Any]]]:
+    """Per node, per GPU index, the latest telemetry in a replay directory's gpu records (``ts`` included)."""
+    import polars as pl
+
+    frames = []
+    for path in [directory / "gpu.parquet", directory / "gpu.jsonl", *sorted((directory / "gpu").glob("*.parquet"))]:
+        if path.is_file():
+            frames.append(pl.read_parquet(path) if path.suffix == ".parquet" else pl.read_ndjson(path))
+    if not frames:
+        return {}
+    frame = pl.concat(frames, how="diagonal_relaxed")
+    if frame.schema["ts"] == pl.Utf8:
+        frame = frame.with_columns(pl.col("ts").str.to_datetime(time_zone="UTC").dt.epoch("ms") / 1000)
+    fields = [f for f in _GPU_FIELDS if f in frame.columns]
+    latest = (
+        frame.sort("ts")
+        .group_by("node", "gpu")
+        .agg(pl.col("ts").last(), *[pl.col(f).drop_nulls().last() for f in fields])
+    )
+    out: dict[str, dict[int, dict[str, Any]]] = {}
+    for row in latest.iter_rows(named=True):
+        node, gpu = row.pop("node"), row.pop("gpu")
+        out.setdefault(node, {})[int(gpu)] = row
+    return out
 
 
 def _load_progress(directory: Path) -> dict[str, list[list[float]]]:

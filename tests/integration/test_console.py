@@ -220,6 +220,16 @@ def test_console_in_chromium_feed_updates_live_and_approval_is_audited(browser, 
         assert "node gpu-node-10" in dialog.inner_text()
         dialog.get_by_role("button", name="Confirm").click()
         page.wait_for_selector("#decision-result:has-text('applied')")
+        # The cluster map: the lost GPU, the node just drained; a node's own page from its link.
+        page.wait_for_selector("#cluster [data-node='gpu-node-10'] .gpu.drained")
+        assert page.locator("#cluster [data-node='gpu-node-04'] .gpu.lost").count() == 1
+        assert page.locator("#cluster .map-row").count() == 12
+        page.locator("#cluster a.node", has_text="gpu-node-04").click()
+        page.wait_for_selector("#node-title:has-text('gpu-node-04')")
+        assert page.url.endswith("#node/gpu-node-04")
+        assert page.locator("#node-gpus tbody tr").count() == 8
+        assert "W" in page.locator("#node-gpus tbody tr").first.inner_text()  # its latest telemetry
+        assert "gpu_lost" in page.locator("#node-events").inner_text()
         page.wait_for_selector("#audit >> text=approved")
         # An operator silences a node for its RMA, then ends the silence early.
         form = page.locator("#silence-form")

@@ -58,7 +58,7 @@ function renderFeed(anomalies) {
         { class: a.layer || "unknown", "data-anomaly": a.anomaly_id },
         el("strong", {}, `${a.kind}/${a.category}`),
         ` ${a.layer}${a.transient === false ? ", persistent" : a.transient ? ", transient" : ""} · `,
-        a.job_id ? el("a", { class: "job", onclick: () => showJob(a.job_id) }, `job ${a.job_id}`) : "no job",
+        a.job_id ? el("a", { class: "job", href: `#job/${encodeURIComponent(a.job_id)}` }, `job ${a.job_id}`) : "no job",
         ` · ${(a.nodes || []).join(", ") || "-"} · detected ${when(a.detected_at)} (event time)`,
         el(
           "span",
@@ -278,11 +278,64 @@ async function showJob(jobId) {
   );
 }
 
-async function refresh() {
-  const [overview, feed, pending, nodes, audit, silences] = await Promise.all(
-    ["/api/overview", "/api/anomalies", "/api/pending", "/api/nodes", `/api/audit?offset=${auditOffset}&limit=${AUDIT_PAGE}`,
-      "/api/silences"].map((p) => api(p)),
+// The cluster map: a row per node, a cell per GPU, coloured by health (see ConsoleData.gpu_health).
+function fixed(value, unit) {
+  return value === null || value === undefined ? "-" : `${Math.round(value)}${unit}`;
+}
+
+function gpuTitle(node, g) {
+  const metrics = g.util_pct === undefined ? "no telemetry" : `util ${fixed(g.util_pct, " %")}, ${fixed(g.power_w, " W")}, ${fixed(g.temp_c, " °C")}`;
+  return `${node} GPU ${g.gpu}: ${g.health}${g.why ? ` — ${g.why}` : ""}; ${metrics}`;
+}
+
+function renderCluster(map) {
+  document.getElementById("cluster").replaceChildren(
+    ...map.nodes.map((n) =>
+      el(
+        "div",
+        { class: "map-row", "data-node": n.node },
+        el("a", { class: "node", href: `#node/${encodeURIComponent(n.node)}` }, n.node),
+        ...n.gpus.map((g) => el("span", { class: `gpu ${g.health}`, title: gpuTitle(n.node, g), "aria-label": gpuTitle(n.node, g) }, g.gpu)),
+      ),
+    ),
   );
+  document.getElementById("cluster-legend").replaceChildren(
+    ...map.levels.map((level) => el("span", { class: `gpu ${level}` }, level)),
+  );
+}
+
+// A node's own view (its URL: #node/NAME): GPUs with their latest telemetry, its anomalies and actions.
+async function showNode(name) {
+  const node = await api(`/api/nodes/${encodeURIComponent(name)}`);
+  const panel = document.getElementById("node-view");
+  panel.hidden = false;
+  document.getElementById("node-title").textContent = `${name}${node.drained ? " — drained" : ""}`;
+  document.querySelector("#node-gpus tbody").replaceChildren(
+    ...(node.gpus || []).map((g) => el("tr", { class: g.health }, el("td", {}, g.gpu), el("td", {}, el("span", { class: `gpu ${g.health}` }, g.health)),
+      el("td", {}, fixed(g.util_pct, " %")), el("td", {}, fixed(g.power_w, " W")), el("td", {}, fixed(g.temp_c, " °C")),
+      el("td", {}, fixed(g.sm_clock_mhz, " MHz")), el("td", {}, [g.ecc_sbe_total, g.ecc_dbe_total].map((v) => v ?? "-").join(" / ")),
+      el("td", {}, g.pcie_replay_total ?? "-"), el("td", {}, g.nvlink_crc_total ?? "-"), el("td", {}, g.why || ""))),
+  );
+  document.getElementById("node-events").replaceChildren(
+    ...node.anomalies.map((a) => el("li", {}, `${when(a.detected_at)} (event time) ${a.kind}/${a.category}${a.resolved_at ? `, resolved: ${a.resolution}` : ", open"}`)),
+    ...node.actions.map((a) => el("li", {}, `${a.action} ${a.target}: ${a.event} (${ranBy(a)})`)),
+  );
+  panel.scrollIntoView({ block: "start" });
+}
+
+function route() {
+  const [view, arg] = decodeURIComponent(location.hash.slice(1)).split("/");
+  if (view === "node" && arg) showNode(arg);
+  else if (view === "job" && arg) showJob(arg);
+  else document.getElementById("node-view").hidden = true;
+}
+
+async function refresh() {
+  const [overview, feed, pending, nodes, audit, silences, cluster] = await Promise.all(
+    ["/api/overview", "/api/anomalies", "/api/pending", "/api/nodes", `/api/audit?offset=${auditOffset}&limit=${AUDIT_PAGE}`,
+      "/api/silences", "/api/cluster"].map((p) => api(p)),
+  );
+  renderCluster(cluster);
   renderSilences(silences);
   renderOverview(overview);
   renderFeed(feed);
@@ -306,6 +359,8 @@ async function start() {
     event.target.reset();
   });
   await refresh();
+  window.addEventListener("hashchange", route);
+  route();
   const live = document.getElementById("live");
   const events = new EventSource("/api/events");
   events.addEventListener("update", () => { live.textContent = "live"; live.className = "badge"; refresh(); });

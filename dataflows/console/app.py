@@ -216,6 +216,19 @@ def create_app(
     async def nodes(request: Request, user: ConsoleUser) -> Response:
         return JSONResponse(data.nodes())
 
+    async def incidents(request: Request, user: ConsoleUser) -> Response:
+        q = request.query_params
+        try:
+            offset = max(0, int(q.get("offset", "0")))
+            limit = min(200, max(1, int(q.get("limit", "25"))))
+            since = float(q["since"]) if q.get("since") else None
+        except ValueError:
+            return JSONResponse({"error": "offset and limit are whole numbers, since is epoch seconds"}, 400)
+        filters = {k: q[k] for k in ("kind", "layer", "node", "job", "status") if q.get(k)}
+        if filters.get("status") not in (None, "open", "resolved"):
+            return JSONResponse({"error": "status is open or resolved"}, status_code=400)
+        return JSONResponse(data.incidents(filters, since, offset, limit))
+
     async def cluster(request: Request, user: ConsoleUser) -> Response:
         return JSONResponse(data.cluster_map())
 
@@ -333,6 +346,7 @@ def create_app(
         Route("/api/jobs/{job_id}", guarded(job)),
         Route("/api/nodes", guarded(nodes)),
         Route("/api/cluster", guarded(cluster)),
+        Route("/api/incidents", guarded(incidents)),
         Route("/api/nodes/{node}", guarded(node)),
         Route("/api/audit", guarded(audit)),
         Route("/api/pending", guarded(pending)),

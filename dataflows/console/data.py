@@ -131,6 +131,34 @@ class ConsoleData:
             rows = sorted(self.anomalies.values(), key=lambda a: a.get("detected_at") or 0, reverse=True)
             return rows[:limit]
 
+    def incidents(
+        self,
+        filters: dict[str, str],
+        since: float | None = None,
+        offset: int = 0,
+        limit: int = 25,
+    ) -> dict[str, Any]:
+        """One page of anomalies, newest first, matching ``filters`` (kind, layer, node, job, status:
+        open or resolved) and detected at or after ``since`` (event time); each with its actions."""
+        with self._lock:
+            newest = max((a.get("detected_at") or 0 for a in self.anomalies.values()), default=0)
+            rows = [a for a in self.anomalies.values() if _matches(a, filters, since)]
+            rows.sort(key=lambda a: a.get("detected_at") or 0, reverse=True)
+            page = rows[offset : offset + limit]
+            by_anomaly: dict[str, list[dict[str, Any]]] = {}
+            for action in self.actions.values():
+                by_anomaly.setdefault(action.get("anomaly_id") or "", []).append(
+                    {k: action.get(k) for k in ("action", "target", "event", "driver", "mode")}
+                )
+            return {
+                "total": len(rows),
+                "offset": offset,
+                "newest": newest,
+                "rows": [{**a, "actions": by_anomaly.get(a["anomaly_id"], [])} for a in page],
+                "kinds": sorted({a.get("kind") or "unknown" for a in self.anomalies.values()}),
+                "layers": sorted({a.get("layer") or "unknown" for a in self.anomalies.values()}),
+            }
+
     def pending(self) -> list[dict[str, Any]]:
         """Recommendations nobody has approved or rejected yet (monitor mode or an open breaker)."""
         with self._lock:
@@ -256,6 +284,20 @@ class ConsoleData:
             ),
             action,
         )
+
+
+def _matches(anomaly: dict[str, Any], filters: dict[str, str], since: float | None) -> bool:
+    if since is not None and (anomaly.get("detected_at") or 0) < since:
+        return False
+    for field in ("kind", "layer"):
+        if filters.get(field) and anomaly.get(field) != filters[field]:
+            return False
+    if filters.get("node") and filters["node"] not in (anomaly.get("nodes") or []):
+        return False
+    if filters.get("job") and str(anomaly.get("job_id")) != filters["job"]:
+        return False
+    status = filters.get("status")
+    return not status or (status == "resolved") == bool(anomaly.get("resolved_at"))
 
 
 HEALTH_LEVELS = ("ok", "watched", "suspect", "drained", "lost")

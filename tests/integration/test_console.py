@@ -230,6 +230,15 @@ def test_console_in_chromium_feed_updates_live_and_approval_is_audited(browser, 
         assert page.locator("#node-gpus tbody tr").count() == 8
         assert "W" in page.locator("#node-gpus tbody tr").first.inner_text()  # its latest telemetry
         assert "gpu_lost" in page.locator("#node-events").inner_text()
+        # The incident list: every anomaly, then filtered by kind and by node.
+        page.wait_for_selector("#incidents-page:has-text('of 5')")
+        page.locator("#incident-filters select[name=kind]").select_option("crash")
+        page.wait_for_selector("#incidents-page:has-text('1–1 of 1')")
+        assert "xid_79" in page.locator("#incidents tbody").inner_text()
+        page.locator("#incident-filters select[name=kind]").select_option("")
+        page.locator("#incident-filters input[name=node]").fill("gpu-node-04")
+        page.locator("#incident-filters input[name=node]").press("Enter")
+        page.wait_for_selector("#incidents-page:has-text('of 2')")  # the crash and the lost GPU
         page.wait_for_selector("#audit >> text=approved")
         # An operator silences a node for its RMA, then ends the silence early.
         form = page.locator("#silence-form")
@@ -309,3 +318,21 @@ def test_the_audit_trail_pages_and_says_what_ran(monitored: tuple[Settings, Path
     assert all("driver" in r for r in everything["rows"])
     assert {r["driver"] for r in everything["rows"] if r["event"] == "recommended"} == {None}
     assert client.get("/api/audit?offset=x", headers=headers).status_code == 400
+
+
+def test_the_incident_list_filters_pages_and_carries_each_anomalys_actions(monitored: tuple[Settings, Path]):
+    settings, audit = monitored
+    client = client_for(settings, audit, DryRunDriver(demo_inventory()))
+    headers = basic("alice", "alice-pw")
+    every = client.get("/api/incidents", headers=headers).json()
+    assert every["total"] == len(every["rows"]) == 5 and {"crash", "hang", "straggler"} <= set(every["kinds"])
+    crash = client.get("/api/incidents?kind=crash", headers=headers).json()["rows"]
+    assert [a["category"] for a in crash] == ["xid_79"]
+    assert {(x["action"], x["event"]) for x in crash[0]["actions"]} >= {("drain_node", "recommended")}
+    node = client.get("/api/incidents?node=gpu-node-04", headers=headers).json()
+    assert node["total"] == 2
+    paged = client.get("/api/incidents?limit=2&offset=2", headers=headers).json()
+    assert [a["anomaly_id"] for a in paged["rows"]] == [a["anomaly_id"] for a in every["rows"][2:4]]
+    recent = client.get(f"/api/incidents?since={every['newest'] - 1}", headers=headers).json()
+    assert recent["total"] == 1  # only the newest detection within one second of event time
+    assert client.get("/api/incidents?status=maybe", headers=headers).status_code == 400

@@ -323,6 +323,54 @@ async function showNode(name) {
   panel.scrollIntoView({ block: "start" });
 }
 
+// The incident list: filters and a time range (event time, back from the newest event), paged.
+let incidentOffset = 0;
+const INCIDENT_PAGE = 25;
+let newestEvent = 0;
+
+function ago(ts, newest) {
+  const s = Math.max(0, newest - ts);
+  const text = s < 90 ? `${Math.round(s)} s` : s < 5400 ? `${Math.round(s / 60)} min` : `${(s / 3600).toFixed(1)} h`;
+  return `${text} before the newest event`;
+}
+
+async function loadIncidents() {
+  const form = new FormData(document.getElementById("incident-filters"));
+  const params = new URLSearchParams({ offset: incidentOffset, limit: INCIDENT_PAGE });
+  for (const key of ["kind", "layer", "status", "node", "job"]) if (form.get(key)) params.set(key, form.get(key).trim());
+  if (form.get("range") && newestEvent) params.set("since", newestEvent - Number(form.get("range")));
+  const page = await api(`/api/incidents?${params}`);
+  newestEvent = page.newest;
+  for (const [name, values] of [["kind", page.kinds], ["layer", page.layers]]) {
+    const select = document.querySelector(`#incident-filters [name=${name}]`);
+    const chosen = select.value;
+    select.replaceChildren(select.options[0], ...values.map((v) => el("option", { value: v }, v)));
+    select.value = chosen;
+  }
+  document.querySelector("#incidents tbody").replaceChildren(
+    ...page.rows.map((a) =>
+      el(
+        "tr",
+        { "data-anomaly": a.anomaly_id, class: a.resolved_at ? "resolved" : "open" },
+        el("td", {}, el("strong", {}, a.kind), ` ${a.category}`),
+        el("td", {}, a.job_id ? el("a", { href: `#job/${encodeURIComponent(a.job_id)}` }, `job ${a.job_id}`) : "no job", " ",
+          ...(a.nodes || []).map((n) => el("a", { href: `#node/${encodeURIComponent(n)}`, class: "node" }, n))),
+        el("td", { title: `${when(a.detected_at)} (event time)` }, ago(a.detected_at, page.newest)),
+        el("td", {}, a.layer || "unknown"),
+        el("td", {}, a.severity || "-"),
+        el("td", { class: "evidence" }, (a.evidence || [])[0] || ""),
+        el("td", {}, a.resolved_at ? `resolved: ${a.resolution}` : "open"),
+        el("td", {}, a.actions.map((x) => `${x.action} ${x.event}`).join(", ") || "-"),
+      ),
+    ),
+  );
+  const first = page.total ? page.offset + 1 : 0;
+  const last = Math.min(page.total, page.offset + page.rows.length);
+  document.getElementById("incidents-page").textContent = `${first}–${last} of ${page.total}`;
+  document.getElementById("incidents-newer").disabled = page.offset === 0;
+  document.getElementById("incidents-older").disabled = last >= page.total;
+}
+
 function route() {
   const [view, arg] = decodeURIComponent(location.hash.slice(1)).split("/");
   if (view === "node" && arg) showNode(arg);
@@ -336,6 +384,7 @@ async function refresh() {
       "/api/silences", "/api/cluster"].map((p) => api(p)),
   );
   renderCluster(cluster);
+  loadIncidents();
   renderSilences(silences);
   renderOverview(overview);
   renderFeed(feed);
@@ -360,6 +409,11 @@ async function start() {
   });
   await refresh();
   window.addEventListener("hashchange", route);
+  const filters = document.getElementById("incident-filters");
+  filters.addEventListener("change", () => { incidentOffset = 0; loadIncidents(); });
+  filters.addEventListener("submit", (event) => { event.preventDefault(); incidentOffset = 0; loadIncidents(); });
+  document.getElementById("incidents-newer").addEventListener("click", () => { incidentOffset = Math.max(0, incidentOffset - INCIDENT_PAGE); loadIncidents(); });
+  document.getElementById("incidents-older").addEventListener("click", () => { incidentOffset += INCIDENT_PAGE; loadIncidents(); });
   route();
   const live = document.getElementById("live");
   const events = new EventSource("/api/events");

@@ -20,7 +20,8 @@ from trainguard.dataflows.archive import epoch_times
 from trainguard.detectors.events import Anomaly
 from trainguard.detectors.lifecycle import latest_records
 
-PROGRESS_BUCKETS = 360  # 10 s buckets: one hour of a job's timeline
+BUCKET_S = 10.0  # a job's timeline: steps per second over 10 s of event time
+PROGRESS_BUCKETS = 360  # one hour of it
 _ANOMALY_FIELDS = (
     "kind",
     "category",
@@ -51,6 +52,7 @@ class ConsoleData:
         self._seen_files: set[Path] = set()
         self._lock = threading.Lock()
         self.progress = _load_progress(progress) if progress is not None else {}
+        self._live_steps: dict[str, tuple[float, set[int]]] = {}  # per job: the live bucket and its steps
         self.gpus = _load_gpus(progress) if progress is not None else {}
 
     # ------------------------------------------------------------ reading
@@ -105,18 +107,24 @@ class ConsoleData:
                 changed = True
         return changed
 
-    def add(self, anomalies: list[dict[str, Any]], progress: list[tuple[str, float]]) -> None:
-        """Anomalies and progress records from a live source (the Kafka topics)."""
+    def add(self, anomalies: list[dict[str, Any]], progress: list[tuple[str, float, int]]) -> None:
+        """Anomalies and progress records ``(job, ts, step)`` from a live source (the Kafka topics)."""
         with self._lock:
             for row in anomalies:
                 self._put(row)  # at-least-once upstream: the id deduplicates
-            for job, ts in progress:
+            for job, ts, step in progress:
                 series = self.progress.setdefault(job, [])
-                bucket = float(ts // 10 * 10)
+                bucket = float(ts // BUCKET_S * BUCKET_S)
+                seen = self._live_steps.setdefault(job, (bucket, set()))
+                if bucket > seen[0]:
+                    seen = self._live_steps[job] = (bucket, set())
+                elif bucket < seen[0] or step in seen[1]:
+                    continue  # late, or another rank's record of a step already counted
+                seen[1].add(step)
                 if series and series[-1][0] == bucket:
-                    series[-1][1] += 1.0
-                elif not series or bucket > series[-1][0]:
-                    series.append([bucket, 1.0])
+                    series[-1][1] += 1.0 / BUCKET_S
+                else:
+                    series.append([bucket, 1.0 / BUCKET_S])
                     del series[:-PROGRESS_BUCKETS]  # keep the last hour
             self.version += 1
 
@@ -380,26 +388,50 @@ def _load_gpus(directory: Path) -> dict[str, dict[int, dict[str, Any]]]:
 
 
 def _load_progress(directory: Path) -> dict[str, list[list[float]]]:
-    """Per job, [time, steps per 10 s] pairs from a replay directory's progress records."""
+    """Per job, ``[time, steps per second]`` over 10 s buckets of event time: distinct steps from
+    the progress records, and from the log lines a framework prints (Megatron, torchtitan, …)."""
     import polars as pl
 
+    from trainguard.detectors.progress_parsers import parse_progress
+
+    steps: list[pl.DataFrame] = []
     for name in ("progress.parquet", "progress.jsonl"):
         path = directory / name
         if path.exists():
             frame = pl.read_parquet(path) if name.endswith("parquet") else pl.read_ndjson(path)
+            steps.append(frame.select(_epoch(frame), pl.col("job_id").cast(pl.Utf8), pl.col("step").cast(pl.Int64)))
             break
-    else:
+    for name in ("logs.parquet", "logs.jsonl"):
+        path = directory / name
+        if path.exists():
+            frame = pl.read_parquet(path) if name.endswith("parquet") else pl.read_ndjson(path)
+            frame = frame.filter(pl.col("job_id").is_not_null()).select(
+                _epoch(frame), pl.col("job_id").cast(pl.Utf8), pl.col("line")
+            )
+            parsed = [(t, job, p.step) for t, job, line in frame.iter_rows() if (p := parse_progress(line)) and p.step]
+            if parsed:
+                steps.append(pl.DataFrame(parsed, schema=["ts", "job_id", "step"], orient="row"))
+            break
+    if not steps:
         return {}
-    ts = pl.col("ts")
-    if frame.schema["ts"] == pl.Utf8:
-        ts = ts.str.to_datetime(time_zone="UTC").dt.epoch("ms") / 1000
     buckets = (
-        frame.with_columns((ts // 10 * 10).alias("t"), pl.col("job_id").cast(pl.Utf8))
+        pl.concat(steps, how="vertical_relaxed")
+        .with_columns((pl.col("ts") // BUCKET_S * BUCKET_S).alias("t"))
         .group_by("job_id", "t")
-        .agg(pl.len().alias("records"))
+        .agg((pl.col("step").n_unique() / BUCKET_S).alias("rate"))
         .sort("job_id", "t")
     )
     out: dict[str, list[list[float]]] = {}
-    for job, t, n in buckets.iter_rows():
-        out.setdefault(job, []).append([float(t), float(n)])
+    for job, t, rate in buckets.iter_rows():
+        out.setdefault(job, []).append([float(t), float(rate)])
     return out
+
+
+def _epoch(frame: Any) -> Any:
+    """``ts`` as epoch seconds, whether the file holds numbers or RFC 3339 text."""
+    import polars as pl
+
+    ts = pl.col("ts")
+    if frame.schema["ts"] == pl.Utf8:
+        ts = ts.str.to_datetime(time_zone="UTC").dt.epoch("ms") / 1000
+    return ts.cast(pl.Float64).alias("ts")

@@ -45,7 +45,7 @@ class KafkaTail:
     def _loop(self) -> None:
         while not self._stop.is_set():
             anomalies: list[dict[str, Any]] = []
-            progress: list[tuple[str, float]] = []
+            progress: list[tuple[str, float, int]] = []
             for msg in self._consumer.consume(1000, 0.5):
                 if msg.error() is not None or msg.value() is None:
                     continue
@@ -57,7 +57,7 @@ class KafkaTail:
                 else:
                     event = decode("progress", msg.value())
                     if isinstance(event, ProgressRecord) and event.job_id is not None:
-                        progress.append((str(event.job_id), float(event.ts)))  # type: ignore[arg-type]
+                        progress.append((str(event.job_id), float(event.ts), int(event.step)))  # type: ignore[arg-type]
             if anomalies or progress:
                 self.data.add(anomalies, progress)
 

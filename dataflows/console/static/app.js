@@ -247,34 +247,80 @@ function expireSilence(silenceId) {
   return silencePost(`/api/silences/${encodeURIComponent(silenceId)}/expire`, {});
 }
 
+// A job's page (#job/ID): steps per second against event time (UTC), with axes and units, pauses
+// (no step for 30 s or more between steps) shaded, and each anomaly a marked line inside the plot.
+let jobChart = null;
+
+function pauses(points) {
+  const out = [];
+  let start = null;
+  points.forEach(([t, rate], i) => {
+    if (rate === 0 && start === null) start = i > 0 ? points[i - 1][0] + 10 : t;
+    if (rate > 0 && start !== null) { if (t - start >= 30) out.push([start, t]); start = null; }
+  });
+  return out;
+}
+
+function filled(points) {
+  // Buckets with no step are gaps in the series: make them zeros, so a pause reads as one.
+  const out = [];
+  for (const [t, rate] of points) {
+    while (out.length && t - out[out.length - 1][0] > 10) out.push([out[out.length - 1][0] + 10, 0]);
+    out.push([t, rate]);
+  }
+  return out;
+}
+
 async function showJob(jobId) {
   currentJob = jobId;
   const job = await api(`/api/jobs/${encodeURIComponent(jobId)}`);
   document.getElementById("job-title").textContent = `job ${jobId}`;
-  const svg = document.getElementById("sparkline");
-  const ns = "http://www.w3.org/2000/svg";
-  svg.replaceChildren();
-  const points = job.progress;
-  const times = points.map((p) => p[0]).concat(job.anomalies.map((a) => a.detected_at));
-  const t0 = Math.min(...times), t1 = Math.max(...times) || t0 + 1;
-  const top = Math.max(1, ...points.map((p) => p[1]));
-  const x = (t) => ((t - t0) / Math.max(1, t1 - t0)) * 600;
-  if (points.length) {
-    const line = document.createElementNS(ns, "polyline");
-    line.setAttribute("points", points.map((p) => `${x(p[0]).toFixed(1)},${(115 - (p[1] / top) * 105).toFixed(1)}`).join(" "));
-    line.setAttribute("fill", "none");
-    line.setAttribute("stroke", "#1565c0");
-    svg.append(line);
-  }
-  for (const a of job.anomalies) {
-    const mark = document.createElementNS(ns, "line");
-    for (const [k, v] of Object.entries({ x1: x(a.detected_at), x2: x(a.detected_at), y1: 0, y2: 120, stroke: "#c62828" })) mark.setAttribute(k, v);
-    mark.setAttribute("class", "anomaly-marker");
-    svg.append(mark);
+  const box = document.getElementById("job-chart");
+  const points = filled(job.progress);
+  const shaded = pauses(points);
+  const markers = job.anomalies.filter((a) => a.detected_at);
+  const times = points.map((p) => p[0]).concat(markers.map((a) => a.detected_at));
+  if (jobChart) jobChart.destroy();
+  box.replaceChildren();
+  box.dataset.markers = String(markers.length);
+  box.dataset.pauses = String(shaded.length);
+  if (!times.length) {
+    box.append(el("p", { class: "muted" }, "no progress and no anomaly for this job yet"));
+  } else {
+    const t0 = Math.min(...times) - 30, t1 = Math.max(...times) + 30;
+    const draw = (u) => {
+      const ctx = u.ctx, top = u.bbox.top, height = u.bbox.height;
+      ctx.save();
+      ctx.fillStyle = "rgba(107, 118, 130, 0.15)";
+      for (const [from, to] of shaded) {
+        const x0 = u.valToPos(from, "x", true), x1 = u.valToPos(to, "x", true);
+        ctx.fillRect(x0, top, x1 - x0, height);
+      }
+      ctx.strokeStyle = "#c62828"; ctx.fillStyle = "#c62828"; ctx.lineWidth = 2; ctx.font = `${12 * devicePixelRatio}px system-ui`;
+      for (const a of markers) {
+        const x = u.valToPos(a.detected_at, "x", true);
+        ctx.beginPath(); ctx.moveTo(x, top); ctx.lineTo(x, top + height); ctx.stroke();
+        ctx.fillText(` ${a.kind}`, x, top + 14 * devicePixelRatio);
+      }
+      ctx.restore();
+    };
+    jobChart = new uPlot(
+      {
+        width: Math.max(320, box.clientWidth || 560),
+        height: 220,
+        tzDate: (ts) => uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"),
+        scales: { x: { time: true, range: [t0, t1] }, y: { range: (u, lo, hi) => [0, Math.max(0.1, hi * 1.15)] } },
+        axes: [{ label: "event time (UTC)" }, { label: "steps/s", size: 60 }],
+        series: [{}, { label: "steps/s", stroke: "#1565c0", width: 1.5, points: { show: false } }],
+        hooks: { draw: [draw] },
+      },
+      [points.map((p) => p[0]), points.map((p) => p[1])],
+      box,
+    );
   }
   document.getElementById("job-events").replaceChildren(
-    ...job.anomalies.map((a) => el("li", {}, `${when(a.detected_at)} ${a.kind}/${a.category} on ${(a.nodes || []).join(", ")}`)),
-    ...job.actions.map((a) => el("li", {}, `${when(a.recorded_at)} ${a.event}: ${a.action} ${a.target}`)),
+    ...job.anomalies.map((a) => el("li", {}, `${when(a.detected_at)} (event time) ${a.kind}/${a.category} on ${(a.nodes || []).join(", ")}`)),
+    ...job.actions.map((a) => el("li", {}, `${when(a.recorded_at)} (wall clock) ${a.event}: ${a.action} ${a.target}`)),
   );
 }
 

@@ -331,6 +331,8 @@ class ActionExecutor:
             "nodes": anomaly.nodes,
             "gpus": anomaly.gpus,
             "evidence": anomaly.evidence[:5],
+            "severity": anomaly.severity,
+            "onset_ts": anomaly.onset_ts,
             "detected_at": anomaly.detected_at,
             "decided_at": action.decided_at,
             "applied_at": action.applied_at,

@@ -229,6 +229,13 @@ def create_app(
             return JSONResponse({"error": "status is open or resolved"}, status_code=400)
         return JSONResponse(data.incidents(filters, since, offset, limit))
 
+    async def trends(request: Request, user: ConsoleUser) -> Response:
+        try:
+            since = float(request.query_params["since"]) if request.query_params.get("since") else None
+        except ValueError:
+            return JSONResponse({"error": "since is epoch seconds"}, status_code=400)
+        return JSONResponse(data.trends(since))
+
     async def cluster(request: Request, user: ConsoleUser) -> Response:
         return JSONResponse(data.cluster_map())
 
@@ -347,6 +354,7 @@ def create_app(
         Route("/api/nodes", guarded(nodes)),
         Route("/api/cluster", guarded(cluster)),
         Route("/api/incidents", guarded(incidents)),
+        Route("/api/trends", guarded(trends)),
         Route("/api/nodes/{node}", guarded(node)),
         Route("/api/audit", guarded(audit)),
         Route("/api/pending", guarded(pending)),

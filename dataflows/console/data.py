@@ -23,6 +23,7 @@ from trainguard.detectors.lifecycle import latest_records
 BUCKET_S = 10.0  # a job's timeline: steps per second over 10 s of event time
 PROGRESS_BUCKETS = 360  # one hour of it
 _ANOMALY_FIELDS = (
+    "onset_ts",
     "kind",
     "category",
     "layer",
@@ -166,6 +167,43 @@ class ConsoleData:
                 "kinds": sorted({a.get("kind") or "unknown" for a in self.anomalies.values()}),
                 "layers": sorted({a.get("layer") or "unknown" for a in self.anomalies.values()}),
             }
+
+    def trends(self, since: float | None = None, buckets: int = 24) -> dict[str, Any]:
+        """Over the range (event time, from ``since`` to the newest detection) in ``buckets`` steps:
+        anomalies opened per kind, actions per status (each action's latest state, when it was
+        decided), and each anomaly's time to detect (detection minus onset)."""
+        with self._lock:
+            anomalies = [a for a in self.anomalies.values() if a.get("detected_at")]
+            actions = [a for a in self.actions.values() if a.get("decided_at") and a.get("action") != "notify"]
+        if not anomalies:
+            return {"t": [], "anomalies": {}, "actions": {}, "detect": []}
+        newest = max(a["detected_at"] for a in anomalies)
+        start = since if since is not None else min(a["detected_at"] for a in anomalies)
+        step = max(60.0, (newest - start) / buckets)
+        starts = [start + i * step for i in range(max(1, int((newest - start) // step) + 1))]
+
+        def tally(rows: list[dict[str, Any]], time_of: str, key_of: str) -> dict[str, list[int]]:
+            out: dict[str, list[int]] = {}
+            for row in rows:
+                t = row[time_of]
+                if t is None or t < start or t > newest:
+                    continue
+                index = min(len(starts) - 1, int((t - start) // step))
+                out.setdefault(str(row.get(key_of) or "unknown"), [0] * len(starts))[index] += 1
+            return out
+
+        detect = [
+            [a["detected_at"], round(a["detected_at"] - a["onset_ts"], 1), a.get("kind")]
+            for a in anomalies
+            if a.get("onset_ts") and a["detected_at"] >= start
+        ]
+        return {
+            "t": starts,
+            "step_s": step,
+            "anomalies": tally(anomalies, "detected_at", "kind"),
+            "actions": tally(actions, "decided_at", "event"),
+            "detect": sorted(detect),
+        }
 
     def pending(self) -> list[dict[str, Any]]:
         """Recommendations nobody has approved or rejected yet (monitor mode or an open breaker)."""

@@ -232,6 +232,10 @@ def test_console_in_chromium_feed_updates_live_and_approval_is_audited(browser, 
         assert page.locator("#node-gpus tbody tr").count() == 8
         assert "W" in page.locator("#node-gpus tbody tr").first.inner_text()  # its latest telemetry
         assert "gpu_lost" in page.locator("#node-events").inner_text()
+        # The trend row: three charts over the range (uPlot canvases with their titles).
+        page.wait_for_selector("#trend-anomalies canvas")
+        assert "by kind" in page.locator("#trend-anomalies").inner_text()
+        assert page.locator("#trend-detect canvas").count() == 1
         # The incident list: every anomaly, then filtered by kind and by node.
         page.wait_for_selector("#incidents-page:has-text('of 5')")
         page.locator("#incident-filters select[name=kind]").select_option("crash")
@@ -341,3 +345,6 @@ def test_the_incident_list_filters_pages_and_carries_each_anomalys_actions(monit
     recent = client.get(f"/api/incidents?since={every['newest'] - 1}", headers=headers).json()
     assert recent["total"] == 1  # only the newest detection within one second of event time
     assert client.get("/api/incidents?status=maybe", headers=headers).status_code == 400
+    trends = client.get("/api/trends", headers=headers).json()
+    assert sum(sum(v) for v in trends["anomalies"].values()) == 5 and len(trends["t"]) >= 1
+    assert "recommended" in trends["actions"]

@@ -417,6 +417,50 @@ async function loadIncidents() {
   document.getElementById("incidents-older").disabled = last >= page.total;
 }
 
+// The trend row: anomalies opened per kind, actions per state, time to detect — over the range
+// the incident list's time range picks (event time).
+const trendCharts = {};
+const PALETTE = ["#c62828", "#1565c0", "#ef6c00", "#2e7d32", "#6a1b9a", "#00838f", "#6b7682", "#ad1457"];
+
+function trendChart(id, title, t, series, unit, scatter = false) {
+  const box = document.getElementById(id);
+  if (trendCharts[id]) trendCharts[id].destroy();
+  box.replaceChildren();
+  const names = Object.keys(series);
+  if (!t.length || !names.length) {
+    box.append(el("p", { class: "muted" }, `${title}: nothing in this range`));
+    return;
+  }
+  const bars = uPlot.paths.bars({ size: [0.8, 40] });
+  trendCharts[id] = new uPlot(
+    {
+      title,
+      width: Math.max(260, box.clientWidth || 300),
+      height: 170,
+      tzDate: (ts) => uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"),
+      scales: { x: { time: true }, y: { range: (u, lo, hi) => [0, Math.max(1, hi * 1.1)] } },
+      axes: [{ label: "event time (UTC)" }, { label: unit, size: 50 }],
+      series: [{}, ...names.map((name, i) => ({
+        label: name, stroke: PALETTE[i % PALETTE.length], fill: scatter ? undefined : `${PALETTE[i % PALETTE.length]}55`,
+        paths: scatter ? () => null : bars, points: scatter ? { show: true, size: 6 } : { show: false },
+      }))],
+    },
+    [t, ...names.map((n) => series[n])],
+    box,
+  );
+}
+
+async function loadTrends() {
+  const range = new FormData(document.getElementById("incident-filters")).get("range");
+  const trends = await api(`/api/trends${range && newestEvent ? `?since=${newestEvent - Number(range)}` : ""}`);
+  trendChart("trend-anomalies", "anomalies opened, by kind", trends.t, trends.anomalies, "count");
+  trendChart("trend-actions", "actions, by state", trends.t, trends.actions, "count");
+  const kinds = [...new Set(trends.detect.map((d) => d[2]))];
+  const times = trends.detect.map((d) => d[0]);
+  const detect = Object.fromEntries(kinds.map((k) => [k, trends.detect.map((d) => (d[2] === k ? d[1] : null))]));
+  trendChart("trend-detect", "time to detect, by kind", times, detect, "seconds", true);
+}
+
 function route() {
   const [view, arg] = decodeURIComponent(location.hash.slice(1)).split("/");
   if (view === "node" && arg) showNode(arg);
@@ -430,7 +474,7 @@ async function refresh() {
       "/api/silences", "/api/cluster"].map((p) => api(p)),
   );
   renderCluster(cluster);
-  loadIncidents();
+  loadIncidents().then(loadTrends);
   renderSilences(silences);
   renderOverview(overview);
   renderFeed(feed);
@@ -456,7 +500,7 @@ async function start() {
   await refresh();
   window.addEventListener("hashchange", route);
   const filters = document.getElementById("incident-filters");
-  filters.addEventListener("change", () => { incidentOffset = 0; loadIncidents(); });
+  filters.addEventListener("change", () => { incidentOffset = 0; loadIncidents().then(loadTrends); });
   filters.addEventListener("submit", (event) => { event.preventDefault(); incidentOffset = 0; loadIncidents(); });
   document.getElementById("incidents-newer").addEventListener("click", () => { incidentOffset = Math.max(0, incidentOffset - INCIDENT_PAGE); loadIncidents(); });
   document.getElementById("incidents-older").addEventListener("click", () => { incidentOffset += INCIDENT_PAGE; loadIncidents(); });

@@ -316,14 +316,18 @@ def create_app(
 
     async def events(request: Request, user: ConsoleUser) -> Response:
         async def stream() -> AsyncIterator[bytes]:
-            seen = -1
+            seen, quiet = -1, 0.0
             while not await request.is_disconnected():
                 if data.version != seen:
-                    seen = data.version
+                    seen, quiet = data.version, 0.0
                     yield f"event: update\ndata: {seen}\n\n".encode()
+                elif quiet >= 5.0:  # a sign of life the page can see: it tells "live" from "stale"
+                    quiet = 0.0
+                    yield f"event: tick\ndata: {seen}\n\n".encode()
                 else:
                     yield b": keep-alive\n\n"
                 await asyncio.sleep(poll_s)
+                quiet += poll_s
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers={"X-Accel-Buffering": "no"})
 

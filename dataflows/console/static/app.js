@@ -505,10 +505,15 @@ async function start() {
   document.getElementById("incidents-newer").addEventListener("click", () => { incidentOffset = Math.max(0, incidentOffset - INCIDENT_PAGE); loadIncidents(); });
   document.getElementById("incidents-older").addEventListener("click", () => { incidentOffset += INCIDENT_PAGE; loadIncidents(); });
   route();
+  // The connection's state in three colours: live (a message within 15 s), stale, connecting.
   const live = document.getElementById("live");
+  let heard = 0;
+  const state = (text, cls) => { live.textContent = text; live.className = `badge ${cls}`; };
   const events = new EventSource("/api/events");
-  events.addEventListener("update", () => { live.textContent = "live"; live.className = "badge"; refresh(); });
-  events.onerror = () => { live.textContent = "reconnecting…"; live.className = "badge off"; };
+  events.addEventListener("update", () => { heard = Date.now(); state("live", ""); refresh(); });
+  events.addEventListener("tick", () => { heard = Date.now(); state("live", ""); });
+  events.onerror = () => state("connecting…", "off");
+  setInterval(() => { if (heard && Date.now() - heard > 15000 && events.readyState === EventSource.OPEN) state("stale", "stale"); }, 2000);
 }
 
 start();

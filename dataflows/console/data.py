@@ -55,6 +55,7 @@ class ConsoleData:
         self.progress = _load_progress(progress) if progress is not None else {}
         self._live_steps: dict[str, tuple[float, set[int]]] = {}  # per job: the live bucket and its steps
         self.gpus = _load_gpus(progress) if progress is not None else {}
+        self.logs = _load_job_logs(progress) if progress is not None else {}
 
     # ------------------------------------------------------------ reading
 
@@ -235,10 +236,11 @@ class ConsoleData:
         with self._lock:
             anomalies = [a for a in self.anomalies.values() if a.get("job_id") == job_id]
             actions = [a for a in self.actions.values() if a.get("job_id") == job_id or a.get("target") == job_id]
+            lines = self.logs.get(job_id, [])
             return {
                 "job_id": job_id,
                 "progress": self.progress.get(job_id, []),
-                "anomalies": anomalies,
+                "anomalies": [{**a, "log": _around(lines, a.get("detected_at"))} for a in anomalies],
                 "actions": actions,
             }
 
@@ -463,6 +465,43 @@ def _load_progress(directory: Path) -> dict[str, list[list[float]]]:
     for job, t, rate in buckets.iter_rows():
         out.setdefault(job, []).append([float(t), float(rate)])
     return out
+
+
+LOG_LINES_KEPT = 20_000  # per job: the console shows lines around anomalies, not whole logs
+LOG_CONTEXT = 6  # lines shown before an anomaly's detection, and after
+
+
+def _load_job_logs(directory: Path) -> dict[str, list[tuple[float, str]]]:
+    """Per job, its log lines ``(ts, "[rank] line")`` in time order (the last ``LOG_LINES_KEPT``)."""
+    import polars as pl
+
+    for name in ("logs.parquet", "logs.jsonl"):
+        path = directory / name
+        if path.exists():
+            frame = pl.read_parquet(path) if name.endswith("parquet") else pl.read_ndjson(path)
+            break
+    else:
+        return {}
+    rank = pl.col("rank").cast(pl.Utf8) if "rank" in frame.columns else pl.lit(None, dtype=pl.Utf8)
+    frame = (
+        frame.filter(pl.col("job_id").is_not_null())
+        .select(_epoch(frame), pl.col("job_id").cast(pl.Utf8), rank.alias("rank"), pl.col("line"))
+        .sort("ts")
+    )
+    out: dict[str, list[tuple[float, str]]] = {}
+    for ts, job, rank_text, line in frame.iter_rows():
+        out.setdefault(job, []).append((ts, f"[{rank_text}] {line}" if rank_text is not None else line))
+    return {job: lines[-LOG_LINES_KEPT:] for job, lines in out.items()}
+
+
+def _around(lines: list[tuple[float, str]], ts: float | None) -> list[list[Any]]:
+    """The job's log lines just before and after ``ts`` (event time)."""
+    if ts is None or not lines:
+        return []
+    import bisect
+
+    at = bisect.bisect_right(lines, (ts, "\uffff"))
+    return [[t, line] for t, line in lines[max(0, at - LOG_CONTEXT) : at + LOG_CONTEXT]]
 
 
 def _epoch(frame: Any) -> Any:

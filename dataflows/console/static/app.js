@@ -319,7 +319,10 @@ async function showJob(jobId) {
     );
   }
   document.getElementById("job-events").replaceChildren(
-    ...job.anomalies.map((a) => el("li", {}, `${when(a.detected_at)} (event time) ${a.kind}/${a.category} on ${(a.nodes || []).join(", ")}`)),
+    ...job.anomalies.map((a) => el("li", {}, `${when(a.detected_at)} (event time) ${a.kind}/${a.category} on ${(a.nodes || []).join(", ")}`,
+      a.log && a.log.length
+        ? el("pre", { class: "log" }, a.log.map(([t, line]) => `${when(t).slice(11, 19)} ${t <= a.detected_at ? " " : "+"} ${line}`).join("\n"))
+        : "")),
     ...job.actions.map((a) => el("li", {}, `${when(a.recorded_at)} (wall clock) ${a.event}: ${a.action} ${a.target}`)),
   );
 }

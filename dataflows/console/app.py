@@ -237,7 +237,20 @@ def create_app(
         return JSONResponse(data.trends(since))
 
     async def cluster(request: Request, user: ConsoleUser) -> Response:
-        return JSONResponse(data.cluster_map())
+        view = data.cluster_map()
+        view["scheduler"] = None
+        if executor is not None and executor.driver is not None:
+            try:  # the scheduler's own word on each node, where a driver can give it
+                inventory = await asyncio.to_thread(executor.inventory)
+            except Exception as exc:
+                view["scheduler"] = {"error": str(exc)[:200]}
+            else:
+                view["scheduler"] = {"driver": executor.driver.name}
+                for row in view["nodes"]:
+                    info = inventory.nodes.get(row["node"])
+                    drained = " (drained)" if info is not None and info.drained else ""
+                    row["scheduler_state"] = None if info is None else info.state + drained
+        return JSONResponse(view)
 
     async def node(request: Request, user: ConsoleUser) -> Response:
         return JSONResponse(data.node(request.path_params["node"]))

@@ -348,6 +348,9 @@ def test_the_incident_list_filters_pages_and_carries_each_anomalys_actions(monit
     recent = client.get(f"/api/incidents?since={every['newest'] - 1}", headers=headers).json()
     assert recent["total"] == 1  # only the newest detection within one second of event time
     assert client.get("/api/incidents?status=maybe", headers=headers).status_code == 400
+    cluster = client.get("/api/cluster", headers=headers).json()
+    assert cluster["scheduler"] == {"driver": "dry-run"}  # the scheduler's word, where a driver gives it
+    assert {row["scheduler_state"] for row in cluster["nodes"]} - {None}
     trends = client.get("/api/trends", headers=headers).json()
     assert sum(sum(v) for v in trends["anomalies"].values()) == 5 and len(trends["t"]) >= 1
     assert "recommended" in trends["actions"]

@@ -343,13 +343,17 @@ function renderCluster(map) {
       el(
         "div",
         { class: "map-row", "data-node": n.node },
-        el("a", { class: "node", href: `#node/${encodeURIComponent(n.node)}` }, n.node),
+        el("a", { class: "node", href: `#node/${encodeURIComponent(n.node)}`,
+          title: n.scheduler_state ? `${n.node}: ${map.scheduler.driver} says ${n.scheduler_state}` : n.node }, n.node),
         ...n.gpus.map((g) => el("span", { class: `gpu ${g.health}`, title: gpuTitle(n.node, g), "aria-label": gpuTitle(n.node, g) }, g.gpu)),
       ),
     ),
   );
+  const source = !map.scheduler ? "scheduler state: unknown (no driver)"
+    : map.scheduler.error ? `scheduler state: unknown (${map.scheduler.error})` : `scheduler state from ${map.scheduler.driver}: hover a node`;
   document.getElementById("cluster-legend").replaceChildren(
     ...map.levels.map((level) => el("span", { class: `gpu ${level}` }, level)),
+    el("span", { class: "muted" }, source),
   );
 }
 

@@ -56,6 +56,7 @@ class ConsoleData:
         self._live_steps: dict[str, tuple[float, set[int]]] = {}  # per job: the live bucket and its steps
         self.gpus = _load_gpus(progress) if progress is not None else {}
         self.logs = _load_job_logs(progress) if progress is not None else {}
+        self.lanes, self.job_nodes = _load_lanes(progress) if progress is not None else ({}, {})
 
     # ------------------------------------------------------------ reading
 
@@ -237,9 +238,11 @@ class ConsoleData:
             anomalies = [a for a in self.anomalies.values() if a.get("job_id") == job_id]
             actions = [a for a in self.actions.values() if a.get("job_id") == job_id or a.get("target") == job_id]
             lines = self.logs.get(job_id, [])
+            nodes = self.job_nodes.get(job_id) or sorted({n for a in anomalies for n in a.get("nodes") or []})
             return {
                 "job_id": job_id,
                 "progress": self.progress.get(job_id, []),
+                "lanes": {node: self.lanes[node] for node in nodes if node in self.lanes},
                 "anomalies": [{**a, "log": _around(lines, a.get("detected_at"))} for a in anomalies],
                 "actions": actions,
             }
@@ -469,6 +472,50 @@ def _load_progress(directory: Path) -> dict[str, list[list[float]]]:
 
 LOG_LINES_KEPT = 20_000  # per job: the console shows lines around anomalies, not whole logs
 LOG_CONTEXT = 6  # lines shown before an anomaly's detection, and after
+
+
+LANE_S = 60.0  # a node's GPU lane: the mean of its GPUs over a minute of event time
+
+
+def _load_lanes(directory: Path) -> tuple[dict[str, list[list[float | None]]], dict[str, list[str]]]:
+    """Per node, ``[time, mean utilisation %, mean power W]`` per minute; per job, the nodes the
+    scheduler records put it on."""
+    import polars as pl
+
+    lanes: dict[str, list[list[float | None]]] = {}
+    frames = [
+        _read(p)
+        for p in [directory / "gpu.parquet", directory / "gpu.jsonl", *sorted((directory / "gpu").glob("*.parquet"))]
+        if p.is_file()
+    ]
+    if frames:
+        frame = pl.concat(frames, how="diagonal_relaxed")
+        columns = [pl.col(c).cast(pl.Float64).mean().alias(c) for c in ("util_pct", "power_w") if c in frame.columns]
+        if columns:
+            per_minute = (
+                frame.with_columns(_epoch(frame))
+                .with_columns((pl.col("ts") // LANE_S * LANE_S).alias("t"))
+                .group_by("node", "t")
+                .agg(*columns)
+                .sort("node", "t")
+            )
+            for row in per_minute.iter_rows(named=True):
+                lanes.setdefault(row["node"], []).append([row["t"], row.get("util_pct"), row.get("power_w")])
+    job_nodes: dict[str, list[str]] = {}
+    for name in ("scheduler.parquet", "scheduler.jsonl"):
+        path = directory / name
+        if path.exists():
+            for row in _read(path).to_dicts():
+                if row.get("kind") == "job" and row.get("nodes"):
+                    job_nodes[str(row["job_id"])] = list(row["nodes"])
+            break
+    return lanes, job_nodes
+
+
+def _read(path: Path) -> Any:
+    import polars as pl
+
+    return pl.read_parquet(path) if path.suffix == ".parquet" else pl.read_ndjson(path)
 
 
 def _load_job_logs(directory: Path) -> dict[str, list[tuple[float, str]]]:

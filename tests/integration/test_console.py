@@ -207,6 +207,8 @@ def test_console_in_chromium_feed_updates_live_and_approval_is_audited(browser, 
         assert page.url.endswith("#job/1004")
         assert "steps/s" in page.locator("#job-chart").inner_text()  # the axis and the legend say the unit
         assert int(page.locator("#job-chart").get_attribute("data-markers") or 0) >= 1
+        assert page.locator("#job-lanes").get_attribute("data-nodes") == "2"  # a GPU lane per node of the job
+        assert "gpu-node-08" in page.locator("#job-lanes").inner_text()
         page.locator("#feed a.job", has_text="job 1002").first.click()  # the crash: its log lines around it
         page.wait_for_selector("#job-events pre.log >> text=unspecified launch failure")
         assert int(page.locator("#job-chart").get_attribute("data-markers") or 0) == 1

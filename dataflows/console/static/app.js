@@ -250,6 +250,7 @@ function expireSilence(silenceId) {
 // A job's page (#job/ID): steps per second against event time (UTC), with axes and units, pauses
 // (no step for 30 s or more between steps) shaded, and each anomaly a marked line inside the plot.
 let jobChart = null;
+let jobLanes = null;
 
 function pauses(points) {
   const out = [];
@@ -316,6 +317,34 @@ async function showJob(jobId) {
       },
       [points.map((p) => p[0]), points.map((p) => p[1])],
       box,
+    );
+  }
+  // GPU lanes: each of the job's nodes, the mean utilisation of its GPUs per minute, on the same time axis.
+  const lanesBox = document.getElementById("job-lanes");
+  if (jobLanes) jobLanes.destroy();
+  jobLanes = null;
+  lanesBox.replaceChildren();
+  const lanes = Object.entries(job.lanes || {});
+  lanesBox.dataset.nodes = String(lanes.length);
+  if (lanes.length && times.length) {
+    const stamps = [...new Set(lanes.flatMap(([, rows]) => rows.map((r) => r[0])))].sort((a, b) => a - b);
+    const series = lanes.map(([, rows]) => {
+      const at = new Map(rows.map((r) => [r[0], r[1]]));
+      return stamps.map((t) => (at.has(t) ? at.get(t) : null));
+    });
+    const t0 = Math.min(...times) - 30, t1 = Math.max(...times) + 30;
+    jobLanes = new uPlot(
+      {
+        title: "GPU utilisation per node (mean of its GPUs)",
+        width: Math.max(320, lanesBox.clientWidth || 560),
+        height: 160,
+        tzDate: (ts) => uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"),
+        scales: { x: { time: true, range: [t0, t1] }, y: { range: [0, 100] } },
+        axes: [{ label: "event time (UTC)" }, { label: "util %", size: 60 }],
+        series: [{}, ...lanes.map(([node], i) => ({ label: node, stroke: PALETTE[i % PALETTE.length], width: 1.2, points: { show: false } }))],
+      },
+      [stamps, ...series],
+      lanesBox,
     );
   }
   document.getElementById("job-events").replaceChildren(

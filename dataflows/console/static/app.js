@@ -328,20 +328,25 @@ async function showJob(jobId) {
   lanesBox.dataset.nodes = String(lanes.length);
   if (lanes.length && times.length) {
     const stamps = [...new Set(lanes.flatMap(([, rows]) => rows.map((r) => r[0])))].sort((a, b) => a - b);
-    const series = lanes.map(([, rows]) => {
-      const at = new Map(rows.map((r) => [r[0], r[1]]));
+    const column = (rows, i) => {
+      const at = new Map(rows.map((r) => [r[0], r[i]]));
       return stamps.map((t) => (at.has(t) ? at.get(t) : null));
-    });
+    };
+    const series = [...lanes.map(([, rows]) => column(rows, 1)), ...lanes.map(([, rows]) => column(rows, 2))];
     const t0 = Math.min(...times) - 30, t1 = Math.max(...times) + 30;
     jobLanes = new uPlot(
       {
-        title: "GPU utilisation per node (mean of its GPUs)",
+        title: "GPU utilisation (solid) and power (dashed) per node, mean of its GPUs",
         width: Math.max(320, lanesBox.clientWidth || 560),
         height: 160,
         tzDate: (ts) => uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"),
-        scales: { x: { time: true, range: [t0, t1] }, y: { range: [0, 100] } },
-        axes: [{ label: "event time (UTC)" }, { label: "util %", size: 60 }],
-        series: [{}, ...lanes.map(([node], i) => ({ label: node, stroke: PALETTE[i % PALETTE.length], width: 1.2, points: { show: false } }))],
+        scales: { x: { time: true, range: [t0, t1] }, y: { range: [0, 100] }, W: { range: (u, lo, hi) => [0, Math.max(100, hi * 1.1)] } },
+        axes: [{ label: "event time (UTC)" }, { label: "util %", size: 60 }, { scale: "W", side: 1, label: "power W", size: 60, grid: { show: false } }],
+        series: [
+          {},
+          ...lanes.map(([node], i) => ({ label: `${node} util`, stroke: PALETTE[i % PALETTE.length], width: 1.2, points: { show: false } })),
+          ...lanes.map(([node], i) => ({ label: `${node} W`, scale: "W", stroke: PALETTE[i % PALETTE.length], dash: [4, 3], width: 1, points: { show: false } })),
+        ],
       },
       [stamps, ...series],
       lanesBox,

@@ -23,7 +23,7 @@ import msgspec
 from trainguard.detectors.drift import DriftDetector
 from trainguard.detectors.events import Event, GpuSample
 from trainguard.detectors.findings import Finding, count_recent
-from trainguard.detectors.gpu_peers import throttle_mask
+from trainguard.detectors.gpu_peers import SLOWDOWN_REASONS, throttle_mask
 from trainguard.detectors.ids import gpu_id
 from trainguard.detectors.xid import xid_info
 
@@ -127,7 +127,7 @@ class GpuHealth:
                         f.severity = "warning"
                         found.append(f)
         mask = throttle_mask(sample.throttle_reasons)
-        slowed = self._throttled[key] = self._throttled.get(key, 0) + 1 if mask & 0xE8 else 0
+        slowed = self._throttled[key] = self._throttled.get(key, 0) + 1 if mask & SLOWDOWN_REASONS else 0
         if slowed >= s.throttle_samples:
             for bits, category, what in _THROTTLES:
                 if mask & bits:

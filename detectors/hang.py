@@ -45,6 +45,7 @@ from collections import deque
 
 from trainguard.detectors.findings import Finding
 from trainguard.detectors.gpu_activity import Verdict
+from trainguard.detectors.settings import HangSettings
 
 # Intervals jobs print in their argument dumps / configs: Megatron, HF Trainer, Lightning, NeMo, torchtitan.
 RHYTHM_LINE = re.compile(
@@ -78,18 +79,21 @@ def parse_rhythm(line: str) -> tuple[str, int] | None:
     return m["name"], int(m["value"])
 
 
+_DEFAULTS = HangSettings()  # one definition of the defaults: the settings' (what a config overrides)
+
+
 class HangDetector:
     """Fires once per stall when no step is made by the deadline."""
 
     def __init__(
         self,
-        floor_s: float = 55.0,
-        factor: float = 5.0,
-        warmup_steps: int = 3,
-        startup_grace_s: float = 600.0,
-        pause_grace_s: float = 900.0,
-        busy_grace_s: float = 600.0,
-        confirm_s: float = 15.0,
+        floor_s: float = _DEFAULTS.floor_s,
+        factor: float = _DEFAULTS.factor,
+        warmup_steps: int = _DEFAULTS.warmup_steps,
+        startup_grace_s: float = _DEFAULTS.startup_grace_s,
+        pause_grace_s: float = _DEFAULTS.pause_grace_s,
+        busy_grace_s: float = _DEFAULTS.busy_grace_s,
+        confirm_s: float = _DEFAULTS.confirm_s,
         window: int = 50,
     ) -> None:
         self.floor_s = floor_s

@@ -22,6 +22,7 @@ from typing import ClassVar
 import pytest
 
 from tests.conftest import DEMO_DIR, replay
+from tests.support.prometheus import wait_until_ready
 from tests.support.tansu import stop_process
 from trainguard.actions.audit import read_entries
 from trainguard.actions.notify import Notifier, NotifySettings
@@ -56,16 +57,7 @@ def alertmanager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("Alertmanager did not start") from None
-                time.sleep(0.2)
+        wait_until_ready(url, proc, "Alertmanager")
         yield url
     finally:
         stop_process(proc)

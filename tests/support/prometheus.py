@@ -57,19 +57,25 @@ def running_prometheus(
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("Prometheus did not start") from None
-                time.sleep(0.2)
+        wait_until_ready(url, proc, "Prometheus")
         yield url
     finally:
         stop_process(proc)
+
+
+def wait_until_ready(url: str, proc: subprocess.Popen[bytes], name: str, timeout_s: float = 30.0) -> None:
+    """Until a Prometheus-project server (Prometheus, Alertmanager) answers ``/-/ready`` with 200."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError(f"{name} did not start")
+        time.sleep(0.2)
 
 
 def wait_for_scrapes(url: str, targets: int, timeout_s: float = 30.0) -> None:

@@ -52,11 +52,13 @@ class ConsoleData:
         self._offset = 0
         self._seen_files: set[Path] = set()
         self._lock = threading.Lock()
-        self.progress = _load_progress(progress) if progress is not None else {}
+        tables = _replay_tables(progress) if progress is not None else {}
+        self.progress = _progress(tables)
         self._live_steps: dict[str, tuple[float, set[int]]] = {}  # per job: the live bucket and its steps
-        self.gpus = _load_gpus(progress) if progress is not None else {}
-        self.logs = _load_job_logs(progress) if progress is not None else {}
-        self.lanes, self.job_nodes = _load_lanes(progress) if progress is not None else ({}, {})
+        self.gpus = _latest_gpus(tables.get("gpu"))
+        self.lanes = _lanes(tables.get("gpu"))
+        self.logs = _job_logs(tables.get("logs"))
+        self.job_nodes = _job_nodes(tables.get("scheduler"))
 
     # ------------------------------------------------------------ reading
 
@@ -402,21 +404,40 @@ def _original_reason(reason: str) -> str:
 
 _GPU_FIELDS = ("util_pct", "power_w", "temp_c", "sm_clock_mhz", "mem_used_mib")
 _GPU_FIELDS += ("ecc_sbe_total", "ecc_dbe_total", "pcie_replay_total", "nvlink_crc_total")
+LANE_S = 60.0  # a node's GPU lane: the mean of its GPUs over a minute of event time
+LOG_LINES_KEPT = 20_000  # per job: the console shows lines around anomalies, not whole logs
+LOG_CONTEXT = 6  # lines shown before an anomaly's detection, and after
 
 
-def _load_gpus(directory: Path) -> dict[str, dict[int, dict[str, Any]]]:
-    """Per node, per GPU index, the latest telemetry in a replay directory's gpu records (``ts`` included)."""
+def _replay_tables(directory: Path) -> dict[str, Any]:
+    """Each topic of a replay directory as one polars frame (its files as ``replay`` finds them),
+    ``ts`` in epoch seconds: read once, for every view the console draws from it."""
     import polars as pl
 
-    frames = []
-    for path in [directory / "gpu.parquet", directory / "gpu.jsonl", *sorted((directory / "gpu").glob("*.parquet"))]:
-        if path.is_file():
-            frames.append(pl.read_parquet(path) if path.suffix == ".parquet" else pl.read_ndjson(path))
-    if not frames:
+    from trainguard.dataflows.replay import ReplayError, topic_files
+
+    try:
+        found = topic_files(directory)
+    except ReplayError:
         return {}
-    frame = pl.concat(frames, how="diagonal_relaxed")
-    if frame.schema["ts"] == pl.Utf8:
-        frame = frame.with_columns(pl.col("ts").str.to_datetime(time_zone="UTC").dt.epoch("ms") / 1000)
+    tables: dict[str, Any] = {}
+    for topic, paths in found.items():
+        frames = [pl.read_parquet(p) if p.suffix == ".parquet" else pl.read_ndjson(p) for p in paths]
+        frame = pl.concat(frames, how="diagonal_relaxed")
+        if "ts" in frame.columns:
+            ts = pl.col("ts")
+            if frame.schema["ts"] == pl.Utf8:
+                ts = ts.str.to_datetime(time_zone="UTC").dt.epoch("ms") / 1000
+            tables[topic] = frame.with_columns(ts.cast(pl.Float64).alias("ts"))
+    return tables
+
+
+def _latest_gpus(frame: Any) -> dict[str, dict[int, dict[str, Any]]]:
+    """Per node, per GPU index, its latest telemetry (``ts`` included)."""
+    import polars as pl
+
+    if frame is None:
+        return {}
     fields = [f for f in _GPU_FIELDS if f in frame.columns]
     latest = (
         frame.sort("ts")
@@ -430,7 +451,7 @@ def _load_gpus(directory: Path) -> dict[str, dict[int, dict[str, Any]]]:
     return out
 
 
-def _load_progress(directory: Path) -> dict[str, list[list[float]]]:
+def _progress(tables: dict[str, Any]) -> dict[str, list[list[float]]]:
     """Per job, ``[time, steps per second]`` over 10 s buckets of event time: distinct steps from
     the progress records, and from the log lines a framework prints (Megatron, torchtitan, …)."""
     import polars as pl
@@ -438,23 +459,14 @@ def _load_progress(directory: Path) -> dict[str, list[list[float]]]:
     from trainguard.detectors.progress_parsers import parse_progress
 
     steps: list[pl.DataFrame] = []
-    for name in ("progress.parquet", "progress.jsonl"):
-        path = directory / name
-        if path.exists():
-            frame = pl.read_parquet(path) if name.endswith("parquet") else pl.read_ndjson(path)
-            steps.append(frame.select(_epoch(frame), pl.col("job_id").cast(pl.Utf8), pl.col("step").cast(pl.Int64)))
-            break
-    for name in ("logs.parquet", "logs.jsonl"):
-        path = directory / name
-        if path.exists():
-            frame = pl.read_parquet(path) if name.endswith("parquet") else pl.read_ndjson(path)
-            frame = frame.filter(pl.col("job_id").is_not_null()).select(
-                _epoch(frame), pl.col("job_id").cast(pl.Utf8), pl.col("line")
-            )
-            parsed = [(t, job, p.step) for t, job, line in frame.iter_rows() if (p := parse_progress(line)) and p.step]
-            if parsed:
-                steps.append(pl.DataFrame(parsed, schema=["ts", "job_id", "step"], orient="row"))
-            break
+    if "progress" in tables:
+        steps.append(tables["progress"].select("ts", pl.col("job_id").cast(pl.Utf8), pl.col("step").cast(pl.Int64)))
+    if "logs" in tables:
+        frame = tables["logs"].filter(pl.col("job_id").is_not_null())
+        lines = frame.select("ts", pl.col("job_id").cast(pl.Utf8), "line").iter_rows()
+        parsed = [(t, job, p.step) for t, job, line in lines if (p := parse_progress(line)) and p.step]
+        if parsed:
+            steps.append(pl.DataFrame(parsed, schema=["ts", "job_id", "step"], orient="row"))
     if not steps:
         return {}
     buckets = (
@@ -470,69 +482,46 @@ def _load_progress(directory: Path) -> dict[str, list[list[float]]]:
     return out
 
 
-LOG_LINES_KEPT = 20_000  # per job: the console shows lines around anomalies, not whole logs
-LOG_CONTEXT = 6  # lines shown before an anomaly's detection, and after
-
-
-LANE_S = 60.0  # a node's GPU lane: the mean of its GPUs over a minute of event time
-
-
-def _load_lanes(directory: Path) -> tuple[dict[str, list[list[float | None]]], dict[str, list[str]]]:
-    """Per node, ``[time, mean utilisation %, mean power W]`` per minute; per job, the nodes the
-    scheduler records put it on."""
+def _lanes(frame: Any) -> dict[str, list[list[float | None]]]:
+    """Per node, ``[time, mean utilisation %, mean power W]`` per minute of event time."""
     import polars as pl
 
+    if frame is None:
+        return {}
+    columns = [pl.col(c).cast(pl.Float64).mean().alias(c) for c in ("util_pct", "power_w") if c in frame.columns]
+    if not columns:
+        return {}
+    per_minute = (
+        frame.with_columns((pl.col("ts") // LANE_S * LANE_S).alias("t"))
+        .group_by("node", "t")
+        .agg(*columns)
+        .sort("node", "t")
+    )
     lanes: dict[str, list[list[float | None]]] = {}
-    frames = [
-        _read(p)
-        for p in [directory / "gpu.parquet", directory / "gpu.jsonl", *sorted((directory / "gpu").glob("*.parquet"))]
-        if p.is_file()
-    ]
-    if frames:
-        frame = pl.concat(frames, how="diagonal_relaxed")
-        columns = [pl.col(c).cast(pl.Float64).mean().alias(c) for c in ("util_pct", "power_w") if c in frame.columns]
-        if columns:
-            per_minute = (
-                frame.with_columns(_epoch(frame))
-                .with_columns((pl.col("ts") // LANE_S * LANE_S).alias("t"))
-                .group_by("node", "t")
-                .agg(*columns)
-                .sort("node", "t")
-            )
-            for row in per_minute.iter_rows(named=True):
-                lanes.setdefault(row["node"], []).append([row["t"], row.get("util_pct"), row.get("power_w")])
-    job_nodes: dict[str, list[str]] = {}
-    for name in ("scheduler.parquet", "scheduler.jsonl"):
-        path = directory / name
-        if path.exists():
-            for row in _read(path).to_dicts():
-                if row.get("kind") == "job" and row.get("nodes"):
-                    job_nodes[str(row["job_id"])] = list(row["nodes"])
-            break
-    return lanes, job_nodes
+    for row in per_minute.iter_rows(named=True):
+        lanes.setdefault(row["node"], []).append([row["t"], row.get("util_pct"), row.get("power_w")])
+    return lanes
 
 
-def _read(path: Path) -> Any:
-    import polars as pl
+def _job_nodes(frame: Any) -> dict[str, list[str]]:
+    """Per job, the nodes its scheduler records put it on (the last record that names some)."""
+    out: dict[str, list[str]] = {}
+    for row in frame.to_dicts() if frame is not None else ():
+        if row.get("kind") == "job" and row.get("nodes"):
+            out[str(row["job_id"])] = list(row["nodes"])
+    return out
 
-    return pl.read_parquet(path) if path.suffix == ".parquet" else pl.read_ndjson(path)
 
-
-def _load_job_logs(directory: Path) -> dict[str, list[tuple[float, str]]]:
+def _job_logs(frame: Any) -> dict[str, list[tuple[float, str]]]:
     """Per job, its log lines ``(ts, "[rank] line")`` in time order (the last ``LOG_LINES_KEPT``)."""
     import polars as pl
 
-    for name in ("logs.parquet", "logs.jsonl"):
-        path = directory / name
-        if path.exists():
-            frame = pl.read_parquet(path) if name.endswith("parquet") else pl.read_ndjson(path)
-            break
-    else:
+    if frame is None:
         return {}
     rank = pl.col("rank").cast(pl.Utf8) if "rank" in frame.columns else pl.lit(None, dtype=pl.Utf8)
     frame = (
         frame.filter(pl.col("job_id").is_not_null())
-        .select(_epoch(frame), pl.col("job_id").cast(pl.Utf8), rank.alias("rank"), pl.col("line"))
+        .select("ts", pl.col("job_id").cast(pl.Utf8), rank.alias("rank"), "line")
         .sort("ts")
     )
     out: dict[str, list[tuple[float, str]]] = {}
@@ -549,13 +538,3 @@ def _around(lines: list[tuple[float, str]], ts: float | None) -> list[list[Any]]
 
     at = bisect.bisect_right(lines, (ts, "\uffff"))
     return [[t, line] for t, line in lines[max(0, at - LOG_CONTEXT) : at + LOG_CONTEXT]]
-
-
-def _epoch(frame: Any) -> Any:
-    """``ts`` as epoch seconds, whether the file holds numbers or RFC 3339 text."""
-    import polars as pl
-
-    ts = pl.col("ts")
-    if frame.schema["ts"] == pl.Utf8:
-        ts = ts.str.to_datetime(time_zone="UTC").dt.epoch("ms") / 1000
-    return ts.cast(pl.Float64).alias("ts")

@@ -16,6 +16,7 @@ import base64
 import contextlib
 import hashlib
 import hmac
+import math
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -39,6 +40,7 @@ from trainguard.console.passwords import verify_password
 from trainguard.dataflows.config import ConsoleUser, Settings
 
 STATIC = Path(__file__).resolve().parent / "static"
+INVENTORY_TTL_S = 2.0  # a scheduler inventory read serves every view of one page refresh
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'",
     "X-Frame-Options": "DENY",
@@ -192,19 +194,34 @@ def create_app(
             }
         )
 
+    inventory_lock = asyncio.Lock()
+    inventory_read: list[Any] = [-math.inf, None, None]  # when, the inventory, the error
+
+    async def scheduler_inventory() -> tuple[Any, str | None]:
+        """The scheduler's own view (``None, None`` without a driver), read at most once every
+        ``INVENTORY_TTL_S``: one page refresh asks for it twice (the overview and the cluster map)."""
+        if executor is None or executor.driver is None:
+            return None, None
+        async with inventory_lock:
+            if time.monotonic() - inventory_read[0] > INVENTORY_TTL_S:
+                try:
+                    inventory_read[1:] = [await asyncio.to_thread(executor.inventory), None]
+                except Exception as exc:
+                    inventory_read[1:] = [None, str(exc)[:200]]
+                inventory_read[0] = time.monotonic()
+            return inventory_read[1], inventory_read[2]
+
     async def overview(request: Request, user: ConsoleUser) -> Response:
         summary = data.overview()
-        if executor is not None and executor.driver is not None:
-            try:  # the scheduler's own view, when the console can reach it
-                inventory = await asyncio.to_thread(executor.inventory)
-            except Exception as exc:
-                summary["scheduler"] = {"error": str(exc)[:200]}
-            else:
-                summary["scheduler"] = {
-                    "jobs_running": sum(1 for j in inventory.jobs.values() if j.state == "RUNNING"),
-                    "nodes": len(inventory.nodes),
-                    "nodes_unavailable": sum(1 for n in inventory.nodes.values() if n.unavailable),
-                }
+        inventory, error = await scheduler_inventory()
+        if error is not None:
+            summary["scheduler"] = {"error": error}
+        elif inventory is not None:  # the scheduler's own view, when the console can reach it
+            summary["scheduler"] = {
+                "jobs_running": sum(1 for j in inventory.jobs.values() if j.state == "RUNNING"),
+                "nodes": len(inventory.nodes),
+                "nodes_unavailable": sum(1 for n in inventory.nodes.values() if n.unavailable),
+            }
         return JSONResponse(summary)
 
     async def anomalies(request: Request, user: ConsoleUser) -> Response:
@@ -239,17 +256,15 @@ def create_app(
     async def cluster(request: Request, user: ConsoleUser) -> Response:
         view = data.cluster_map()
         view["scheduler"] = None
-        if executor is not None and executor.driver is not None:
-            try:  # the scheduler's own word on each node, where a driver can give it
-                inventory = await asyncio.to_thread(executor.inventory)
-            except Exception as exc:
-                view["scheduler"] = {"error": str(exc)[:200]}
-            else:
-                view["scheduler"] = {"driver": executor.driver.name}
-                for row in view["nodes"]:
-                    info = inventory.nodes.get(row["node"])
-                    drained = " (drained)" if info is not None and info.drained else ""
-                    row["scheduler_state"] = None if info is None else info.state + drained
+        inventory, error = await scheduler_inventory()  # the scheduler's own word on each node
+        if error is not None:
+            view["scheduler"] = {"error": error}
+        elif inventory is not None and executor is not None and executor.driver is not None:
+            view["scheduler"] = {"driver": executor.driver.name}
+            for row in view["nodes"]:
+                info = inventory.nodes.get(row["node"])
+                drained = " (drained)" if info is not None and info.drained else ""
+                row["scheduler_state"] = None if info is None else info.state + drained
         return JSONResponse(view)
 
     async def node(request: Request, user: ConsoleUser) -> Response:

@@ -53,6 +53,7 @@ from trainguard.detectors.events import (
     Tick,
     decode,
 )
+from trainguard.detectors.frames import GpuFrame
 from trainguard.detectors.history import HistoryAttributor
 from trainguard.detectors.monitor import JobMonitor, NodeMonitor
 from trainguard.detectors.routing import DEAD, Router
@@ -163,7 +164,8 @@ class HistoryLogic(StatefulBatchLogic[Anomaly, Anomaly, bytes]):
 
 def _new_monitor(event: Event, settings: DetectorSettings) -> JobMonitor | NodeMonitor:
     job = getattr(event, "job_id", None)
-    if isinstance(event, GpuSample | NodeEvent) or (isinstance(event, LogRecord) and job is None):
+    node_only = type(event) is GpuFrame or isinstance(event, GpuSample | NodeEvent)
+    if node_only or (isinstance(event, LogRecord) and job is None):
         return NodeMonitor(event.node, settings)
     return JobMonitor(str(job), settings)
 
@@ -217,7 +219,8 @@ def _decode_batch(batch: list[RawRecord | Routed | DeadLetter]) -> list[tuple[st
         if type(rec) is Routed:  # already decoded by the source (replay), or a live partition's drain report
             out.append(("router", rec))
             if rec[1][0] < _TOPIC_COUNT:
-                events.append(TOPICS[rec[1][0]])
+                topic = TOPICS[rec[1][0]]
+                events.extend([topic] * len(rec.event)) if type(rec.event) is GpuFrame else events.append(topic)
             continue
         if isinstance(rec, DeadLetter):
             out.append(("router", rec))

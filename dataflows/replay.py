@@ -26,7 +26,8 @@ import pyarrow.parquet as pq
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 
 from trainguard.dataflows.records import RawRecord, Routed
-from trainguard.detectors.events import TOPICS, DeadLetter, decode, parse_ts
+from trainguard.detectors.events import TOPICS, DeadLetter, GpuSample, decode, parse_ts
+from trainguard.detectors.frames import GpuFrame
 
 REPLAY_CLOCK = "replay/0"
 # A timestamp this far from the previous one in the same file is treated as an
@@ -168,6 +169,7 @@ def _topic_chunks(topic: str, files: list[Path], decoded: bool) -> Iterator[list
         chunk.append((key if key is not None else anchor or 0.0, order, offset, item, payload))
 
     offset = 0
+    frames = decoded and topic == "gpu"  # a node's GPU samples of one instant travel as one frame
     for path in files:
         payloads = _parquet_payloads(path) if path.suffix == ".parquet" else _jsonl_payloads(path)
         for payload in payloads:
@@ -190,14 +192,53 @@ def _topic_chunks(topic: str, files: list[Path], decoded: bool) -> Iterator[list
                 place(ts, offset, item, payload)
             offset += 1
             if len(chunk) >= _CHUNK:
-                yield chunk
+                yield _sweeps(chunk) if frames else chunk
                 chunk = []
     if waiting:  # a file shorter than the sample
         anchor = _anchor(sample)
         for record in waiting:
             place(*record)
     if chunk:
-        yield chunk
+        yield _sweeps(chunk) if frames else chunk
+
+
+def _sweeps(chunk: list[tuple[float, int, int, Any, bytes]]) -> list[tuple[float, int, int, Any, bytes | None]]:
+    """The chunk with each run of consecutive GPU samples of one node and instant (each GPU once) as one
+    :class:`GpuFrame` at the place of its first sample (a frame keeps no bytes: a dead letter re-encodes it)."""
+    out: list[tuple[float, int, int, Any, bytes | None]] = []
+    run: list[tuple[float, int, int, Any, bytes]] = []
+    for record in chunk:
+        item = record[3]
+        if type(item) is GpuSample:
+            if run and _joins(run, record[0], item):
+                run.append(record)
+                continue
+            _flush(run, out)
+            run = [record]
+            continue
+        _flush(run, out)
+        run = []
+        out.append(record)
+    _flush(run, out)
+    return out
+
+
+def _joins(run: list[tuple[float, int, int, Any, bytes]], key: float, sample: GpuSample) -> bool:
+    first = run[0][3]
+    return (
+        key == run[0][0]
+        and sample.ts == first.ts
+        and sample.node == first.node
+        and all(r[3].gpu != sample.gpu for r in run)
+    )
+
+
+def _flush(run: list[tuple[float, int, int, Any, bytes]], out: list[tuple[float, int, int, Any, bytes | None]]) -> None:
+    if len(run) == 1:
+        out.append(run[0])
+    elif run:
+        key, order, offset, _, _ = run[0]
+        out.append((key, order, offset, GpuFrame.from_samples([r[3] for r in run]), None))
 
 
 def _merge(

@@ -541,6 +541,7 @@ class ClusterSim:
                     del self.node_job[node]  # the scheduler has released the node
                     job = None
                 running = job is not None and job.start <= t and (job.stalled_at is None or job.idle_gpu)
+                sweep_ts = None  # a node's GPUs are read in one sweep (NVML, a dcgm-exporter scrape): one timestamp
                 for g in range(GPUS_PER_NODE):
                     if (node, g) in self.gone and t >= self.gone[(node, g)]:
                         continue
@@ -558,6 +559,7 @@ class ClusterSim:
                         c[0] += rng.randint(15, 30)
                     busy = running and job is not None and job.stalled_at is None
                     sample = gpu_sample(rng, t, node, g, c, busy)
+                    sweep_ts = sample["ts"] = sample["ts"] if sweep_ts is None else sweep_ts
                     if job is not None and job.idle_gpu is not None and job.stalled_at is not None and running:
                         spinning = (node, g) != job.idle_gpu
                         sample.update(hung_profile(rng, spinning))

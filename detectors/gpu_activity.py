@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from statistics import median
 
 from trainguard.detectors.events import GpuSample
+from trainguard.detectors.frames import POWER, UTIL, GpuFrame, as_frame
 
 GpuKey = tuple[str, int]
 
@@ -57,18 +58,24 @@ class GpuActivity:
         self._recent: dict[GpuKey, list[tuple[float, float | None, float | None]]] = {}
         self._train_power: dict[GpuKey, float] = {}
 
-    def observe(self, sample: GpuSample, stepping: bool) -> None:
-        """One sample; ``stepping``: the job was making steps when it was taken (it teaches the power level)."""
-        key = (sample.node, sample.gpu)
-        ts = float(sample.ts)  # type: ignore[arg-type]
-        recent = self._recent.setdefault(key, [])
-        recent.append((ts, sample.util_pct, sample.power_w))
-        if len(recent) > self.keep:
-            del recent[0]
-        if stepping and sample.power_w is not None and (sample.util_pct or 0.0) >= BUSY_UTIL:
-            level = self._train_power.get(key)
-            power = float(sample.power_w)
-            self._train_power[key] = power if level is None else level + TRAIN_EWM * (power - level)
+    def observe(self, sample: GpuSample | GpuFrame, stepping: bool) -> None:
+        """A sample or a node's frame; ``stepping``: the job was making steps when it was taken (it teaches
+        the power level)."""
+        frame = as_frame(sample)
+        ts = frame.ts
+        utils = [None if u != u else u for u in frame.values[UTIL].tolist()]
+        powers = [None if p != p else p for p in frame.values[POWER].tolist()]
+        recents, keep, levels = self._recent, self.keep, self._train_power
+        for key, util, power in zip(frame.keys, utils, powers, strict=True):
+            recent = recents.get(key)
+            if recent is None:
+                recent = recents[key] = []
+            recent.append((ts, util, power))
+            if len(recent) > keep:
+                del recent[0]
+            if stepping and power is not None and (util or 0.0) >= BUSY_UTIL:
+                level = levels.get(key)
+                levels[key] = power if level is None else level + TRAIN_EWM * (power - level)
 
     def forget(self) -> None:
         """The job restarted: recent samples no longer describe it (the learned levels still do)."""

@@ -23,7 +23,7 @@ import msgspec
 from trainguard.detectors.drift import DriftDetector
 from trainguard.detectors.events import Event, GpuSample
 from trainguard.detectors.findings import Finding, count_recent
-from trainguard.detectors.gpu_peers import SLOWDOWN_REASONS, throttle_mask
+from trainguard.detectors.frames import COUNTERS, SLOWDOWN_REASONS, UTIL, GpuFrame, as_frame, throttle_mask
 from trainguard.detectors.ids import gpu_id
 from trainguard.detectors.xid import xid_info
 
@@ -65,22 +65,69 @@ class GpuHealth:
         a job's GPUs idle for its own reasons — a checkpoint, the end of the job)."""
         self.settings = settings or GpuHealthSettings()
         self.idle_drift = idle_drift
-        self._last: dict[tuple[str, int], GpuSample] = {}
+        # Each GPU's last sample is in its node's last frame, or — for a GPU that frame lacks — in _last.
+        self._frames: dict[str, GpuFrame] = {}
+        self._last: dict[tuple[str, int], tuple[GpuFrame, int]] = {}
         self._counters: dict[tuple[str, int, str], deque[tuple[float, int]]] = {}
-        self._throttled: dict[tuple[str, int], int] = {}
+        self._throttled: dict[tuple[str, int], int] = {}  # consecutive slowed samples, GPUs with some only
         self._fired: dict[tuple[str, int, str], float] = {}
         self._xid_bursts: dict[tuple[str, int, str], deque[float]] = {}  # ignored Xids seen, per GPU
         self._drift: dict[tuple[str, int, str], DriftDetector] = {}
 
-    def observe(self, event: Event) -> list[Finding]:
-        """A GPU sample (other events are not this detector's): Xids, counter bursts, throttling, drift."""
-        if not isinstance(event, GpuSample):
+    def observe(self, event: Event | GpuFrame) -> list[Finding]:
+        """A GPU sample or a node's frame (other events are not this detector's): Xids, counter bursts,
+        throttling, drift.
+
+        A frame with nothing rare in it (no Xid, remap or slowdown) whose counters equal the node's
+        previous frame, on a node none of whose GPUs is being counted as throttled, is judged as a
+        whole — nothing to say; any other is judged GPU by GPU.
+        """
+        if type(event) is not GpuFrame and not isinstance(event, GpuSample):
             return []
-        sample = event
+        frame = as_frame(event)  # type: ignore[arg-type]
+        node = frame.node
+        before = self._frames.get(node)
+        self._frames[node] = frame
+        if (
+            before is not None
+            and not frame.rare
+            and before.gpus == frame.gpus
+            and not (self._throttled and any(key in self._throttled for key in frame.keys))
+            and before.counter_key() == frame.counter_key()
+            and not (self.idle_drift and self._any_idle(frame))
+        ):
+            return []
+        found: list[Finding] = []
+        if before is not None and before.gpus != frame.gpus:
+            for i, key in enumerate(before.keys):  # GPUs this frame lacks keep their last sample here
+                if key[1] not in frame.gpus:
+                    self._last[key] = (before, i)
+        for i, key in enumerate(frame.keys):
+            if before is not None and key[1] in before.gpus:
+                last: tuple[GpuFrame, int] | None = (before, before.gpus.index(key[1]))
+            else:
+                last = self._last.pop(key, None)
+            if last is not None and not frame.rare and self._quiet(frame, i, last, key):
+                continue
+            found += self._judge(frame.sample(i), None if last is None else last[0].sample(last[1]))
+        return found
+
+    def _quiet(self, frame: GpuFrame, i: int, last: tuple[GpuFrame, int], key: tuple[str, int]) -> bool:
+        """Whether GPU ``i`` of a frame with nothing rare in it has nothing to say either: counters as
+        they were, not being counted as throttled, not an idle GPU whose drift is scored."""
+        before, j = last
+        if key in self._throttled or before.values[:COUNTERS, j].tobytes() != frame.values[:COUNTERS, i].tobytes():
+            return False
+        return not (self.idle_drift and frame.values[UTIL, i] < self.settings.drift_idle_util_pct)
+
+    def _any_idle(self, frame: GpuFrame) -> bool:
+        util = frame.values[UTIL]
+        return bool((util < self.settings.drift_idle_util_pct).any())
+
+    def _judge(self, sample: GpuSample, prev: GpuSample | None) -> list[Finding]:
+        """One GPU's sample against its previous one."""
         s = self.settings
         key = (sample.node, sample.gpu)
-        prev = self._last.get(key)
-        self._last[key] = sample
         found: list[Finding] = []
         if sample.xid is not None:
             found += [f for f in xid_findings(sample) if self._xid_counts(sample, f) and self._cool(sample, f.category)]
@@ -127,7 +174,11 @@ class GpuHealth:
                         f.severity = "warning"
                         found.append(f)
         mask = throttle_mask(sample.throttle_reasons)
-        slowed = self._throttled[key] = self._throttled.get(key, 0) + 1 if mask & SLOWDOWN_REASONS else 0
+        if mask & SLOWDOWN_REASONS:
+            slowed = self._throttled[key] = self._throttled.get(key, 0) + 1
+        else:
+            slowed = 0
+            self._throttled.pop(key, None)
         if slowed >= s.throttle_samples:
             for bits, category, what in _THROTTLES:
                 if mask & bits:
@@ -155,6 +206,11 @@ class GpuHealth:
     def __setstate__(self, state: dict[str, object]) -> None:
         state.setdefault("idle_drift", True)
         state.setdefault("_xid_bursts", {})
+        if "_frames" not in state:  # written before frames: each GPU's last sample, a frame of one
+            last: dict = state["_last"]  # type: ignore[assignment]
+            state["_last"] = {key: (GpuFrame.from_samples([s]), 0) for key, s in last.items()}
+            state["_frames"] = {}
+            state["_throttled"] = {k: n for k, n in state["_throttled"].items() if n}  # type: ignore[attr-defined]
         self.__dict__.update(state)
 
     def advance(self, watermark: float) -> list[Finding]:
@@ -163,6 +219,7 @@ class GpuHealth:
 
     def forget_samples(self) -> None:
         """Drop sample history (the GPUs were away, e.g. running a job); keep the cooldowns."""
+        self._frames.clear()
         self._last.clear()
         self._counters.clear()
         self._throttled.clear()

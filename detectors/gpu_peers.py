@@ -25,22 +25,13 @@ from collections import deque
 from statistics import median
 
 from trainguard.detectors.events import GpuSample
+from trainguard.detectors.frames import COLUMN, SLOWDOWN_REASONS, GpuFrame, as_frame, throttle_mask
 
-# NVML clock-throttle reasons that mean the GPU is slowed by heat or power
-# delivery (HW slowdown, SW/HW thermal, HW power brake) — not the routine power cap.
-SLOWDOWN_REASONS = 0x8 | 0x20 | 0x40 | 0x80
+__all__ = ["SLOWDOWN_REASONS", "GpuPeers", "throttle_mask"]
 
 GpuKey = tuple[str, int]
-
-
-def throttle_mask(reasons: int | list[str] | None) -> int:
-    """The NVML bitmask from an int or a list of reason names."""
-    if reasons is None:
-        return 0
-    if isinstance(reasons, int):
-        return reasons
-    names = {"hw_slowdown": 0x8, "sw_thermal": 0x20, "hw_thermal": 0x40, "hw_power_brake": 0x80}
-    return sum(bit for name, bit in names.items() if any(name in r.lower() for r in reasons))
+Sighting = tuple[GpuFrame, int]  # a GPU's sample: the frame it came in and its column there
+_THROTTLE = COLUMN["throttle_reasons"]
 
 
 def _robust_z(values: dict[GpuKey, float]) -> dict[GpuKey, float]:
@@ -58,25 +49,38 @@ class GpuPeers:
     def __init__(self, history: int = 6, z_threshold: float = 4.0) -> None:
         self.history = history
         self.z_threshold = z_threshold
-        self._samples: dict[GpuKey, deque[GpuSample]] = {}
+        self._samples: dict[GpuKey, deque[Sighting]] = {}
         self._first_seen: dict[str, float] = {}
         self.last_ts = 0.0
 
-    def observe(self, sample: GpuSample) -> None:
-        key = (sample.node, sample.gpu)
-        window = self._samples.get(key)
-        if window is None:
-            window = self._samples[key] = deque(maxlen=self.history)
-        window.append(sample)
-        ts = float(sample.ts)
-        self._first_seen.setdefault(sample.node, ts)
-        self.last_ts = max(self.last_ts, ts)
+    def __setstate__(self, state: dict[str, object]) -> None:
+        # Snapshots written before frames kept each GPU's samples as records: a frame of one each.
+        windows: dict[GpuKey, deque] = state["_samples"]  # type: ignore[assignment]
+        for key, window in windows.items():
+            if window and type(window[0]) is GpuSample:
+                windows[key] = deque(((GpuFrame.from_samples([s]), 0) for s in window), maxlen=window.maxlen)
+        self.__dict__.update(state)
+
+    def observe(self, sample: GpuSample | GpuFrame) -> None:
+        """A sample, or a node's frame of samples."""
+        frame = as_frame(sample)
+        samples = self._samples
+        for i, key in enumerate(frame.keys):
+            window = samples.get(key)
+            if window is None:
+                window = samples[key] = deque(maxlen=self.history)
+            window.append((frame, i))
+        ts = frame.ts
+        self._first_seen.setdefault(frame.node, ts)
+        if ts > self.last_ts:
+            self.last_ts = ts
 
     def _recent(self, field: str, last: int | None = None) -> dict[GpuKey, float]:
+        row = COLUMN[field]
         out = {}
         for key, window in self._samples.items():
-            samples = list(window)[-last:] if last else window
-            values = [getattr(s, field) for s in samples if getattr(s, field) is not None]
+            sightings = list(window)[-last:] if last else window
+            values = [v for frame, i in sightings if (v := float(frame.values[row, i])) == v]
             if values:
                 out[key] = median(values)
         return out
@@ -93,7 +97,7 @@ class GpuPeers:
                 if sign * z > self.z_threshold:
                     suspicion[key] = suspicion.get(key, 0.0) + sign * z
         for key, window in self._samples.items():
-            if any(throttle_mask(s.throttle_reasons) & SLOWDOWN_REASONS for s in list(window)[-last:]):
+            if any(_slowed(frame, i) for frame, i in list(window)[-last:]):
                 suspicion[key] = suspicion.get(key, 0.0) + self.z_threshold
         if not suspicion or len(suspicion) * 4 > max(len(self._samples), 1):
             return []  # a quarter of the job "odd" is a job-wide change, not one GPU
@@ -113,14 +117,19 @@ class GpuPeers:
         last_by_node: dict[str, float] = {}
         seen: dict[str, set[int]] = {}
         for (node, gpu), window in self._samples.items():
-            last_by_node[node] = max(last_by_node.get(node, 0.0), float(window[-1].ts))
+            last_by_node[node] = max(last_by_node.get(node, 0.0), window[-1][0].ts)
             seen.setdefault(node, set()).add(gpu)
         out: list[tuple[str, int, float | None]] = []
         for (node, gpu), window in sorted(self._samples.items()):
-            last = float(window[-1].ts)
+            last = window[-1][0].ts
             if now - last > after_s and last_by_node[node] > last + after_s / 2:
                 out.append((node, gpu, last))
         for node, gpus in sorted(seen.items()):
             if now - self._first_seen.get(node, now) >= after_s:
                 out += [(node, g, None) for g in range(max(gpus)) if g not in gpus]
         return out
+
+
+def _slowed(frame: GpuFrame, i: int) -> bool:
+    reasons = frame.values[_THROTTLE, i]
+    return reasons == reasons and int(reasons) & SLOWDOWN_REASONS != 0

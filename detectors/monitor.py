@@ -39,6 +39,7 @@ from trainguard.detectors.events import (
     StacksRecord,
 )
 from trainguard.detectors.findings import Finding
+from trainguard.detectors.frames import GpuFrame, as_frame
 from trainguard.detectors.gpu_activity import GpuActivity, Verdict
 from trainguard.detectors.gpu_health import GpuHealth
 from trainguard.detectors.gpu_peers import GpuPeers
@@ -137,7 +138,7 @@ class JobMonitor:
         self.__dict__.update(state)
 
     # -- events -------------------------------------------------------------------
-    def observe(self, event: Event) -> list[Anomaly]:
+    def observe(self, event: Event | GpuFrame) -> list[Anomaly]:
         if isinstance(event, ProgressRecord):
             self.liveness.observe(event.ts, event.rank, event.node, event.pid, event.beat)  # type: ignore[arg-type]
             if event.beat:  # alive, not a step
@@ -149,8 +150,8 @@ class JobMonitor:
                 found = self._progress(event.ts, event.step, event.rank, event.node, event.step_time_s, per_rank)  # type: ignore[arg-type]
         elif isinstance(event, LogRecord):
             found = self._log(event)
-        elif isinstance(event, GpuSample):
-            found = self._gpu(event)
+        elif type(event) is GpuFrame or isinstance(event, GpuSample):
+            found = self._gpu(as_frame(event))  # type: ignore[arg-type]
         elif isinstance(event, JobEvent):
             found = self._job_state(event)
         elif isinstance(event, StacksRecord):
@@ -158,8 +159,10 @@ class JobMonitor:
             found = []
         else:
             found = []
-        for plugin in self.plugins:  # detectors named under detectors.plugins see every event too
-            found += self._emit(self._run_plugin(plugin, plugin.observe, event))
+        if self.plugins:  # detectors named under detectors.plugins see every event (and take records) too
+            for record in event.samples() if type(event) is GpuFrame else (event,):
+                for plugin in self.plugins:
+                    found += self._emit(self._run_plugin(plugin, plugin.observe, record))
         return found
 
     def _run_plugin(self, plugin: Detector, call: Callable[[Any], list[Finding]], arg: Any) -> list[Finding]:
@@ -331,11 +334,11 @@ class JobMonitor:
         """The job's py-spy dumps (``stacks`` records); snapshots written before them have none."""
         return self.__dict__.setdefault("_stack_dumps", HangStacks())
 
-    def _gpu(self, sample: GpuSample) -> list[Anomaly]:
-        self.gpu_names.observe(sample.node, sample.gpu, sample.pci_bus_id)
-        self.gpus.observe(sample)
-        self.activity.observe(sample, self._stepping(float(sample.ts)))  # type: ignore[arg-type]
-        return self._emit(self.health.observe(sample))
+    def _gpu(self, frame: GpuFrame) -> list[Anomaly]:
+        _learn_addresses(self.gpu_names, frame)
+        self.gpus.observe(frame)
+        self.activity.observe(frame, self._stepping(frame.ts))
+        return self._emit(self.health.observe(frame))
 
     def _job_state(self, ev: JobEvent) -> list[Anomaly]:
         ts: float = ev.ts  # type: ignore[assignment]
@@ -497,16 +500,17 @@ class NodeMonitor:
         state.setdefault("_told", {})
         self.__dict__.update(state)
 
-    def observe(self, event: Event) -> list[Anomaly]:
+    def observe(self, event: Event | GpuFrame) -> list[Anomaly]:
         self.last_ts = event.ts  # type: ignore[assignment]
-        if isinstance(event, GpuSample):
-            if self.gpus.last_ts and event.ts - self.gpus.last_ts > 2 * self.settings.gpu.missing_after_s:  # type: ignore[operator]
+        if type(event) is GpuFrame or isinstance(event, GpuSample):
+            frame = as_frame(event)  # type: ignore[arg-type]
+            if self.gpus.last_ts and frame.ts - self.gpus.last_ts > 2 * self.settings.gpu.missing_after_s:
                 # The node was away (running a job): old sightings and counter readings are stale.
                 self.gpus = GpuPeers(history=1)
                 self.health.forget_samples()
-            self.gpus.observe(event)
-            self.gpu_names.observe(event.node, event.gpu, event.pci_bus_id)
-            return [self._anomaly(f, event.job_id) for f in self.health.observe(event)]
+            self.gpus.observe(frame)
+            _learn_addresses(self.gpu_names, frame)
+            return [self._anomaly(f, frame.job_id) for f in self.health.observe(frame)]
         if isinstance(event, LogRecord):
             return [self._anomaly(f, event.job_id) for f in self.crash.observe(event) if not self._told_lately(f)]
         if not isinstance(event, NodeEvent):
@@ -570,6 +574,13 @@ class NodeMonitor:
             # No job runs here: the node itself is the problem to act on.
             f.kind = "node_unhealthy"
         return to_anomaly(self.scope, job_id, f)
+
+
+def _learn_addresses(names: GpuNames, frame: GpuFrame) -> None:
+    """Learn the PCI address of each GPU of the frame that reports one."""
+    if frame.pci_bus_id:
+        for gpu, address in zip(frame.gpus, frame.pci_bus_id, strict=True):
+            names.observe(frame.node, gpu, address)
 
 
 def _fields(struct: object) -> dict[str, object]:

@@ -19,7 +19,13 @@ before an event that preceded it.
 [('job/7', 'Tick'), ('node/n9', 'GpuSample')]
 
 The 105 s tick comes before the 106 s sample it does not cover. Node keys get
-every ``node_tick_every``-th tick only: they have no short deadlines.
+every ``node_tick_every``-th tick only: they have no short deadlines. A node's GPU
+samples of one instant go on as one :class:`~trainguard.detectors.frames.GpuFrame`:
+
+>>> out = router.route_batch([("scheduler/0", (2, 0, i), GpuSample(ts=111.0, node="n1", gpu=i), None)
+...                            for i in range(8)])
+>>> [(k, type(v).__name__) for k, v in out], out[1][1].gpus
+([('job/7', 'Tick'), ('job/7', 'GpuFrame')], (0, 1, 2, 3, 4, 5, 6, 7))
 
 **Shards.** To spread the work over many workers, ``shards`` routers each own the
 jobs whose id hashes to them (:func:`shard_of`) and the idle nodes whose name does.
@@ -47,10 +53,12 @@ from trainguard.detectors.events import (
     TOPICS,
     DeadLetter,
     Event,
+    GpuSample,
     JobEvent,
     NodeEvent,
     Tick,
 )
+from trainguard.detectors.frames import GpuFrame
 from trainguard.detectors.settings import Count, Positive, Seconds
 
 # Shard ownership and the job ↔ node map live in detectors.shards; the names stay importable here
@@ -180,10 +188,15 @@ class Router:
             if reason is not None and self.shard and self._sent_to_all(event):
                 continue  # every shard refuses it: shard 0 reports it
             if reason is not None:
-                raw = payload if payload is not None else msgspec.json.encode(event)
                 topic = TOPICS[order[0]] if order[0] < len(TOPICS) else partition.split("/", 1)[0]
-                dead = DeadLetter(topic=topic, partition=order[1], offset=order[2], reason=reason, payload=raw, ts=ts)
-                out.append((DEAD, dead))
+                # A frame's GPUs were records on the way in: each is refused, as it would have been alone.
+                records = event.samples() if type(event) is GpuFrame else (event,)
+                for i, record in enumerate(records):
+                    raw = payload if payload is not None else msgspec.json.encode(record)
+                    dead = DeadLetter(
+                        topic=topic, partition=order[1], offset=order[2] + i, reason=reason, payload=raw, ts=ts
+                    )
+                    out.append((DEAD, dead))
                 continue
             observe(partition, ts, wall)
             self._seq += 1
@@ -257,6 +270,7 @@ class Router:
         points = self.clock.grid_points(watermark)
         next_point = 0
         active = self.active
+        sweeps = False  # whether out holds sweeps to turn into frames
         while buffer and buffer[0][0] <= watermark:
             ts, _order, _seq, event = heapq.heappop(buffer)
             if next_point < len(points) and points[next_point] < ts:
@@ -272,8 +286,19 @@ class Router:
                 continue  # another shard's job (or node): it routes this event
             if ts > active.get(key, -math.inf):
                 active[key] = ts
+            if type(event) is GpuSample:
+                # A node's GPUs report together: consecutive samples of one node and instant go on as one frame.
+                last = out[-1][1] if out else None
+                if type(last) is _Sweep and last.joins(event, key):
+                    last.samples.append(event)
+                    continue
+                out.append((key, _Sweep(key, event)))
+                sweeps = True
+                continue
             out.append((key, event))
         out.extend(self._ticks(points[next_point:]))
+        if sweeps:
+            out = [(k, v.frame() if type(v) is _Sweep else v) for k, v in out]
         return out
 
     def _ticks(self, points: list[float]) -> list[tuple[str, Any]]:
@@ -302,3 +327,27 @@ class Router:
         for key in stale:
             del self.active[key]
             self.ended.pop(key, None)
+
+
+class _Sweep:
+    """GPU samples of one node at one instant, on their way to becoming a :class:`GpuFrame`."""
+
+    __slots__ = ("key", "samples")
+
+    def __init__(self, key: str, sample: GpuSample) -> None:
+        self.key = key
+        self.samples = [sample]
+
+    def joins(self, sample: GpuSample, key: str) -> bool:
+        """Same key, node and timestamp, and a GPU not yet in the sweep (a second report of one GPU
+        is a new frame: it is judged against the first)."""
+        first = self.samples[0]
+        return (
+            key == self.key
+            and sample.ts == first.ts
+            and sample.node == first.node
+            and all(s.gpu != sample.gpu for s in self.samples)
+        )
+
+    def frame(self) -> GpuFrame | GpuSample:
+        return GpuFrame.from_samples(self.samples) if len(self.samples) > 1 else self.samples[0]

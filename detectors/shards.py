@@ -16,6 +16,7 @@ import msgspec
 
 from trainguard.detectors import job_states
 from trainguard.detectors.events import Event, GpuSample, JobEvent, LogRecord, NodeEvent, ProgressRecord
+from trainguard.detectors.frames import GpuFrame
 
 
 class Drained(msgspec.Struct, frozen=True, gc=False):
@@ -48,10 +49,12 @@ def shard_of(job_id: str, shards: int) -> int:
     return zlib.crc32(job_id.encode()) % shards if shards > 1 else 0
 
 
-def is_broadcast(event: Event) -> bool:
+def is_broadcast(event: Event | GpuFrame) -> bool:
     """Whether every shard needs this event (it names no job, or it changes the job ↔ node map)."""
-    return isinstance(event, GpuSample | NodeEvent | JobEvent) or (
-        isinstance(event, LogRecord) and event.job_id is None
+    return (
+        type(event) is GpuFrame
+        or isinstance(event, GpuSample | NodeEvent | JobEvent)
+        or (isinstance(event, LogRecord) and event.job_id is None)
     )
 
 
@@ -84,7 +87,7 @@ class JobPlacement:
             if self.node_job.get(node) == job:
                 del self.node_job[node]
 
-    def job_for(self, event: LogRecord | ProgressRecord | GpuSample) -> str | None:
+    def job_for(self, event: LogRecord | ProgressRecord | GpuSample | GpuFrame) -> str | None:
         """The job a record belongs to: its own, or — for a GPU sample or a line without a
         job — the job running on its node (``None``: the node is idle, the record is the node's).
 
@@ -93,6 +96,6 @@ class JobPlacement:
         >>> [placement.job_for(GpuSample(ts=2.0, node=node, gpu=0)) for node in ("n1", "n2")]
         ['7', None]
         """
-        if type(event) is GpuSample or event.job_id is None:
+        if type(event) is GpuSample or type(event) is GpuFrame or event.job_id is None:
             return self.node_job.get(event.node)
         return event.job_id  # type: ignore[return-value]

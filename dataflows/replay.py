@@ -22,10 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 
 from trainguard.dataflows.records import RawRecord, Routed
+from trainguard.dataflows.replay_columns import GpuBlock, jsonl_blocks, parquet_blocks
 from trainguard.detectors.events import TOPICS, DeadLetter, GpuSample, decode, parse_ts
 from trainguard.detectors.frames import GpuFrame
 
@@ -112,21 +115,6 @@ def _sort_ts(payload: bytes) -> float | None:
         return None
 
 
-def _jsonl_payloads(path: Path) -> Iterator[bytes]:
-    with path.open("rb") as fh:
-        for line in fh:
-            line = line.rstrip(b"\r\n")
-            if line.strip():
-                yield line
-
-
-def _parquet_payloads(path: Path) -> Iterator[bytes]:
-    encode = msgspec.json.encode
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=10_000):
-        for row in batch.to_pylist():
-            yield encode({k: (v.timestamp() if isinstance(v, datetime) else v) for k, v in row.items()})
-
-
 _CHUNK = 4096  # records per read-ahead chunk of one topic
 _ORDER = itemgetter(0, 1, 2)  # (sort key, topic index, offset): unique, so items are never compared
 _KEY = itemgetter(0)
@@ -144,62 +132,142 @@ def _anchor(sample: list[float]) -> float | None:
     return next(ts for ts in sample if abs(ts - middle) <= _MAX_JUMP_S)
 
 
-def _topic_chunks(topic: str, files: list[Path], decoded: bool) -> Iterator[list[tuple[float, int, int, Any, bytes]]]:
-    """Lists of ``(sort_key, topic index, offset, item, payload)``; sort keys never decrease.
+class _Placer:
+    """Sort keys for one topic's records, in file order, gathered into chunks.
 
-    With ``decoded`` the item is the decoded event (or its dead letter) — decoded once,
-    here, since its timestamp is needed for ordering anyway; otherwise ``None``.
-    The keys start at :func:`_anchor`, so a bad first timestamp is an outlier like any
-    other instead of the key the whole file is sorted by.
+    A record's key is its timestamp, unless that jumps more than ``_MAX_JUMP_S`` from the last
+    key (or, first, from :func:`_anchor` of the first timestamps): then it keeps the last key, so
+    one bad timestamp cannot reorder a whole file. Keys never decrease.
     """
-    order = TOPICS.index(topic)
-    key: float | None = None
-    anchor: float | None = None
-    # The first records wait until the anchor is known (a file of only bad timestamps waits one chunk).
-    waiting: list[tuple[float | None, int, Any, bytes]] | None = []
-    sample: list[float] = []
-    chunk: list[tuple[float, int, int, Any, bytes]] = []
 
-    def place(ts: float | None, offset: int, item: Any, payload: bytes) -> None:
-        nonlocal key
+    def __init__(self, order: int) -> None:
+        self.order = order
+        self.key: float | None = None
+        self.anchor: float | None = None
+        # The first records wait until the anchor is known (a file of only bad timestamps waits one chunk).
+        self.waiting: list[tuple[float | None, int, Any, bytes | None]] | None = []
+        self.sample: list[float] = []
+        self.chunk: list[tuple[float, int, int, Any, bytes | None]] = []
+
+    def add(self, ts: float | None, offset: int, item: Any, payload: bytes | None) -> None:
+        """One record."""
+        if self.waiting is None:
+            self._place(ts, offset, item, payload)
+            return
+        self.waiting.append((ts, offset, item, payload))
+        if ts is not None:
+            self.sample.append(ts)
+        if len(self.sample) == _ANCHOR_SAMPLE or len(self.waiting) == _CHUNK:
+            self.settle()
+
+    def add_frames(self, block: GpuBlock, first_offset: int) -> bool:
+        """A block of checked GPU rows, as frames — if every row keeps its own timestamp as its key
+        (no jump); otherwise nothing is placed and ``False`` says to place the block record by record."""
+        ts = block.ts
+        if self.waiting is not None:
+            self.sample += ts[: _ANCHOR_SAMPLE - len(self.sample)].tolist()
+            self.settle()
+        last = self.key
+        if last is None:
+            if self.anchor is None or abs(ts[0] - self.anchor) > _MAX_JUMP_S:
+                return False
+            keys = np.maximum.accumulate(ts)
+        else:
+            keys = np.maximum.accumulate(np.concatenate(([last], ts)))[1:]
+        before = np.concatenate(([ts[0] if last is None else last], keys[:-1]))
+        rises = ts > before
+        if (ts[rises] - before[rises] > _MAX_JUMP_S).any():
+            return False
+        self.key = float(keys[-1])
+        starts, frames, offsets = block.frames(keys, range(first_offset, first_offset + len(block)))
+        order = self.order
+        self.chunk += [(k, order, o, f, None) for k, f, o in zip(starts, frames, offsets, strict=True)]
+        return True
+
+    def settle(self) -> None:
+        """The anchor is known (or no more records will come to find it): place the waiting records."""
+        if self.waiting is None:
+            return
+        self.anchor = _anchor(self.sample)
+        waiting, self.waiting = self.waiting, None
+        for record in waiting:
+            self._place(*record)
+
+    def take(self) -> list[tuple[float, int, int, Any, bytes | None]]:
+        chunk, self.chunk = self.chunk, []
+        return chunk
+
+    def _place(self, ts: float | None, offset: int, item: Any, payload: bytes | None) -> None:
+        key, anchor = self.key, self.anchor
         if ts is not None and (
             key < ts <= key + _MAX_JUMP_S if key is not None else anchor is not None and abs(ts - anchor) <= _MAX_JUMP_S
         ):
-            key = ts
-        chunk.append((key if key is not None else anchor or 0.0, order, offset, item, payload))
+            self.key = key = ts
+        self.chunk.append((key if key is not None else anchor or 0.0, self.order, offset, item, payload))
 
+
+def _topic_chunks(
+    topic: str, files: list[Path], decoded: bool
+) -> Iterator[list[tuple[float, int, int, Any, bytes | None]]]:
+    """Lists of ``(sort_key, topic index, offset, item, payload)``; sort keys never decrease.
+
+    With ``decoded`` the item is the decoded event (or its dead letter) — decoded once,
+    here, since its timestamp is needed for ordering anyway; otherwise ``None``. Decoded
+    GPU telemetry comes as frames (a node's samples of one instant), read as columns
+    where the columns allow (:mod:`dataflows.replay_columns`).
+    """
+    placer = _Placer(TOPICS.index(topic))
     offset = 0
-    frames = decoded and topic == "gpu"  # a node's GPU samples of one instant travel as one frame
+    frames = decoded and topic == "gpu"
     for path in files:
-        payloads = _parquet_payloads(path) if path.suffix == ".parquet" else _jsonl_payloads(path)
-        for payload in payloads:
-            item: Any = None
-            if decoded:
-                item = decode(topic, payload, 0, offset)
-                ts = item.ts if type(item) is not DeadLetter else _sort_ts(payload)
+        for block, raw in _blocks(path, frames):
+            if block is not None and placer.add_frames(block, offset):
+                offset += len(block)
             else:
-                ts = _sort_ts(payload)
-            if waiting is not None:
-                waiting.append((ts, offset, item, payload))
-                if ts is not None:
-                    sample.append(ts)
-                if len(sample) == _ANCHOR_SAMPLE or len(waiting) == _CHUNK:
-                    anchor = _anchor(sample)
-                    for record in waiting:
-                        place(*record)
-                    waiting = None
-            else:
-                place(ts, offset, item, payload)
-            offset += 1
-            if len(chunk) >= _CHUNK:
-                yield _sweeps(chunk) if frames else chunk
-                chunk = []
-    if waiting:  # a file shorter than the sample
-        anchor = _anchor(sample)
-        for record in waiting:
-            place(*record)
-    if chunk:
-        yield _sweeps(chunk) if frames else chunk
+                for payload in _payloads(raw):
+                    item: Any = None
+                    if decoded:
+                        item = decode(topic, payload, 0, offset)
+                        ts = item.ts if type(item) is not DeadLetter else _sort_ts(payload)
+                    else:
+                        ts = _sort_ts(payload)
+                    placer.add(ts, offset, item, payload)
+                    offset += 1
+            if len(placer.chunk) >= _CHUNK:
+                yield _sweeps(placer.take()) if frames else placer.take()
+    placer.settle()  # a topic shorter than the sample
+    if placer.chunk:
+        yield _sweeps(placer.take()) if frames else placer.take()
+
+
+def _blocks(path: Path, columns: bool) -> Iterator[tuple[GpuBlock | None, Any]]:
+    """A file's records a block at a time: ``(checked columns or None, what to read records from)``."""
+    if columns:
+        yield from parquet_blocks(path) if path.suffix == ".parquet" else jsonl_blocks(path)
+    elif path.suffix == ".parquet":
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=10_000):
+            yield None, batch.to_pylist()
+    else:
+        with path.open("rb") as fh:
+            while lines := fh.readlines(1 << 20):
+                yield None, lines
+
+
+def _payloads(raw: Any) -> Iterator[bytes]:
+    """Each record's bytes from what :func:`_blocks` gave: lines of JSON (a block of bytes, or a list of
+    lines), or Parquet rows (a DataFrame, or dicts)."""
+    if isinstance(raw, bytes | bytearray):
+        raw = raw.split(b"\n")
+    elif isinstance(raw, pa.RecordBatch):
+        raw = raw.to_pylist()
+    encode = msgspec.json.encode
+    for line in raw:
+        if isinstance(line, dict):
+            yield encode({k: (v.timestamp() if isinstance(v, datetime) else v) for k, v in line.items()})
+            continue
+        line = line.rstrip(b"\r\n")
+        if line.strip():
+            yield line
 
 
 def _sweeps(chunk: list[tuple[float, int, int, Any, bytes]]) -> list[tuple[float, int, int, Any, bytes | None]]:

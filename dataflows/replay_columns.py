@@ -1,0 +1,184 @@
+"""A replay's GPU telemetry read as columns, straight into frames.
+
+GPU samples are most of a cluster's records. Instead of a decoded object per row,
+each block of a ``gpu`` file (a Parquet record batch, or a few megabytes of JSON
+Lines parsed by polars) becomes columns, is checked as columns, and is cut into
+:class:`~trainguard.detectors.frames.GpuFrame` s: one per run of rows of one node
+and timestamp. A block the columns cannot vouch for — a field of an unexpected
+type, a missing node, a timestamp out of range, an over-long line — is read record
+by record instead, through the decoder and its lenient rules, so what reaches the
+flow and the dead-letter sink is what the record path would give.
+
+>>> import numpy as np
+>>> block = GpuBlock(ts=np.array([10.0, 10.0, 20.0]), node=["n1", "n1", "n1"], gpu=[0, 1, 0],
+...                  values=np.full((len(FIELDS), 3), np.nan), uuid=None, pci_bus_id=None)
+>>> [(f.ts, f.gpus) for f in block.frames(np.array([10.0, 10.0, 20.0]), [0, 1, 2])[1]]
+[(10.0, (0, 1)), (20.0, (0,))]
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from trainguard.detectors.events import MAX_RECORD_BYTES, MAX_TS, MIN_TS
+from trainguard.detectors.frames import FIELDS, INTEGER_FIELDS, GpuFrame, rare_rows
+
+# polars' thread pool does not survive fork(): a forked process (a worker of ``replay --processes``)
+# parses JSON Lines record by record instead (Parquet is read through Arrow, which does).
+_FORKED = False
+
+
+def _forked() -> None:
+    global _FORKED
+    _FORKED = True
+
+
+os.register_at_fork(after_in_child=_forked)
+
+_BLOCK_BYTES = 8 << 20  # JSON Lines read this much at a time
+_BATCH_ROWS = 65_536  # Parquet rows per record batch
+_TEXT = ("node", "uuid", "pci_bus_id")
+# What the columns must be for the block to be read as columns (ints widen to float64, null is NaN).
+_SCHEMA: dict[str, pl.DataType] = {
+    "ts": pl.Float64(),
+    "node": pl.String(),
+    "gpu": pl.Int64(),
+    "uuid": pl.String(),
+    "pci_bus_id": pl.String(),
+    **{name: pl.Int64() if name in INTEGER_FIELDS else pl.Float64() for name in FIELDS},
+}
+
+
+@dataclass
+class GpuBlock:
+    """Checked columns of consecutive GPU rows: every row has a node, a GPU and a plausible timestamp."""
+
+    ts: np.ndarray
+    node: list[str]
+    gpu: list[int]
+    values: np.ndarray  # (field, row), NaN = null
+    uuid: list[str | None] | None
+    pci_bus_id: list[str | None] | None
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def frames(self, keys: np.ndarray, offsets: list[int]) -> tuple[list[float], list[GpuFrame], list[int]]:
+        """The block cut into frames — runs of one node and timestamp, each GPU once — with each frame's
+        sort key and offset (its first row's)."""
+        ts, node, gpu = self.ts, self.node, self.gpu
+        starts = [0]
+        run_gpus = {gpu[0]}
+        for i in range(1, len(ts)):
+            if ts[i] != ts[i - 1] or node[i] != node[i - 1] or gpu[i] in run_gpus:
+                starts.append(i)
+                run_gpus = set()
+            run_gpus.add(gpu[i])
+        rare = np.logical_or.reduceat(rare_rows(self.values), starts).tolist()
+        ends = [*starts[1:], len(ts)]
+        values, uuid, pci = self.values, self.uuid, self.pci_bus_id
+        frames = [
+            GpuFrame(
+                float(ts[a]),
+                node[a],
+                tuple(gpu[a:b]),
+                values[:, a:b].copy(),  # a frame outlives its block: it must not pin the block's arrays
+                uuid[a:b] if uuid else None,
+                pci[a:b] if pci else None,
+                None,
+                r,
+            )
+            for a, b, r in zip(starts, ends, rare, strict=True)
+        ]
+        return keys[starts].tolist(), frames, [offsets[a] for a in starts]
+
+
+def _checked(table: pa.Table) -> GpuBlock | None:
+    """The block as columns, or ``None`` when a row would not decode as it stands."""
+    names = set(table.column_names)
+    if not {"ts", "node", "gpu"} <= names:
+        return None
+    for name in names & _SCHEMA.keys():
+        kind = table.schema.field(name).type
+        if not (pa.types.is_null(kind) or (_text(kind) if name in _TEXT else _numeric(name, kind))):
+            return None
+    if table["node"].null_count or table["gpu"].null_count or table["ts"].null_count:
+        return None
+    ts = table["ts"].to_numpy().astype(np.float64)
+    if not ((ts >= MIN_TS) & (ts <= MAX_TS)).all():  # (NaN fails too)
+        return None
+    values = np.full((len(FIELDS), table.num_rows), np.nan)
+    for i, name in enumerate(FIELDS):
+        if name in names:
+            values[i] = table[name].to_numpy(zero_copy_only=False)  # nulls are NaN
+    if np.isinf(values).any():
+        return None  # an infinity: the record path nulls it (and counts it)
+    text = {
+        name: table[name].to_pylist() if name in names and table[name].null_count < table.num_rows else None
+        for name in ("uuid", "pci_bus_id")
+    }
+    return GpuBlock(ts, table["node"].to_pylist(), table["gpu"].to_pylist(), values, text["uuid"], text["pci_bus_id"])
+
+
+def _text(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+
+
+def _numeric(name: str, kind: pa.DataType) -> bool:
+    """Whether a column of this type reads as the contract's field: integers only where it wants an integer."""
+    return pa.types.is_integer(kind) or (name not in INTEGER_FIELDS and name != "gpu" and pa.types.is_floating(kind))
+
+
+def jsonl_blocks(path: Path) -> Iterator[tuple[GpuBlock | None, bytes]]:
+    """``(columns or None, the block's bytes)`` for each block of whole lines of a JSON Lines file."""
+    with path.open("rb") as fh:
+        tail = b""
+        while True:
+            data = fh.read(_BLOCK_BYTES)
+            if not data:
+                break
+            data = tail + data
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                tail = data
+                continue
+            block, tail = data[:cut], data[cut:]
+            yield _parse_lines(block), block
+        if tail:
+            yield _parse_lines(tail + b"\n"), tail + b"\n"
+
+
+def _parse_lines(block: bytes) -> GpuBlock | None:
+    if _FORKED:
+        return None
+    ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+    lengths = np.diff(ends, prepend=-1) - 1
+    # Blank or over-long lines, carriage returns: the record path knows what to do with those.
+    if not len(ends) or lengths.min() < 2 or lengths.max() > MAX_RECORD_BYTES or b"\r" in block:
+        return None
+    # polars would read a number where a node's name belongs as its text; the decoder refuses it.
+    if block.count(b'"node":"') + block.count(b'"node": "') != len(ends):
+        return None
+    try:
+        # Read to the contract's types: a value of another type (a numeric string, a boolean, a float
+        # where an integer belongs, a list of reasons) fails the block, which then goes record by record.
+        frame = pl.read_ndjson(block, schema=_SCHEMA)
+    except pl.exceptions.PolarsError:
+        return None
+    if frame.height != len(ends):
+        return None
+    return _checked(frame.to_arrow())
+
+
+def parquet_blocks(path: Path) -> Iterator[tuple[GpuBlock | None, pa.RecordBatch]]:
+    """``(columns or None, the batch)`` for each record batch of a Parquet file."""
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=_BATCH_ROWS):
+        yield _checked(pa.Table.from_batches([batch])), batch

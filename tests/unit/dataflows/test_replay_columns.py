@@ -1,0 +1,112 @@
+"""GPU telemetry read as columns gives the flow exactly what reading it record by record gives."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from trainguard.dataflows import replay
+from trainguard.dataflows.replay_columns import _BLOCK_BYTES, jsonl_blocks
+from trainguard.detectors.events import DeadLetter, decode
+from trainguard.detectors.frames import GpuFrame, throttle_mask
+
+T0 = 1_796_119_200.0
+
+
+def _records(rounds: int, seed: int = 3) -> list[dict]:
+    rng = random.Random(seed)
+    out = []
+    for r in range(rounds):
+        for node in ("n1", "n2", "n3"):
+            for g in range(8):
+                out.append(
+                    {
+                        "ts": T0 + 10 * r + (0.25 if node == "n2" else 0.0),
+                        "node": node,
+                        "gpu": g,
+                        "util_pct": rng.uniform(0, 100),
+                        "power_w": rng.uniform(60, 600),
+                        "ecc_sbe_total": r // 7,
+                        "throttle_reasons": rng.choice((0, 0x20)),
+                        "xid": 79 if (r, node, g) == (5, "n3", 2) else None,
+                        "pci_bus_id": f"00000000:{g:02X}:00.0",
+                    }
+                )
+    return out
+
+
+def _as_records(directory: Path) -> list[tuple]:
+    """What the replay hands the router, GPU frames opened back into their records."""
+    out = []
+    for _, item in replay.merged_events(directory):
+        if type(item) is DeadLetter:
+            out.append(("dead", item.offset, item.reason))
+            continue
+        event = item.event
+        samples = list(event.samples()) if type(event) is GpuFrame else [event]
+        for i, sample in enumerate(samples):
+            out.append((item.order[2] + i, *(getattr(sample, f) for f in sample.__struct_fields__)))
+    return out
+
+
+def _decoded_one_by_one(lines: list[bytes]) -> list[tuple]:
+    out = []
+    for offset, line in enumerate(lines):
+        event = decode("gpu", line, 0, offset)
+        if type(event) is DeadLetter:
+            out.append(("dead", offset, event.reason))
+        else:
+            # A frame keeps throttle reasons as the NVML bitmask (what every rule reads).
+            fields = [getattr(event, f) for f in event.__struct_fields__]
+            out.append((offset, *(throttle_mask(v) if isinstance(v, list) else v for v in fields)))
+    return out
+
+
+def test_clean_json_lines_become_frames_of_a_node_and_instant(tmp_path: Path):
+    lines = [json.dumps(r).encode() for r in _records(40)]
+    (tmp_path / "gpu.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    items = [item.event for _, item in replay.merged_events(tmp_path)]
+    assert all(type(e) is GpuFrame and len(e) == 8 for e in items) and len(items) == 40 * 3
+    assert [block is not None for block, _ in jsonl_blocks(tmp_path / "gpu.jsonl")] == [True]
+    assert _as_records(tmp_path) == _decoded_one_by_one(lines)
+
+
+def test_odd_records_are_read_as_the_decoder_reads_them(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr("trainguard.dataflows.replay_columns._BLOCK_BYTES", 4096)  # several blocks, some odd
+    records = _records(60)
+    lines = [json.dumps(r).encode() for r in records]
+    lines[50] = lines[50].replace(b'"util_pct": ', b'"util_pct": "97.5", "x": ')  # a numeric string: coerced
+    lines[51] = json.dumps({**records[51], "throttle_reasons": ["hw_slowdown"]}).encode()
+    lines[300] = json.dumps({k: v for k, v in records[300].items() if k != "node"}).encode()  # dead letter
+    lines[301] = lines[301].replace(b'"power_w": ', b'"power_w": NaN, "y": ')  # nulled
+    lines[700] = json.dumps({**records[700], "ts": T0 + 10 * 500_000}).encode()  # far off: where it stands
+    lines[900] = json.dumps({**records[900], "node": 7}).encode()  # not a name: refused
+    lines[1000] = json.dumps({**records[1000], "gpu": 2.0}).encode()  # a float index: the decoder's call
+    (tmp_path / "gpu.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    blocks = [block is not None for block, _ in jsonl_blocks(tmp_path / "gpu.jsonl")]
+    assert True in blocks and False in blocks  # both paths ran
+    read = _as_records(tmp_path)
+    one_by_one = _decoded_one_by_one(lines)
+    # The far-off record keeps its place in the file (the router refuses it later); the rest in file order.
+    assert sorted(read, key=lambda r: r[1] if r[0] == "dead" else r[0]) == one_by_one
+    assert sum(r[0] == "dead" for r in read) == 2
+
+
+def test_parquet_batches_read_as_columns_match_json_lines(tmp_path: Path):
+    records = _records(30)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "gpu.jsonl").write_bytes(b"\n".join(json.dumps(r).encode() for r in records) + b"\n")
+    table = pa.Table.from_pylist(records)
+    pq.write_table(table, tmp_path / "b" / "gpu.parquet")
+    assert _as_records(tmp_path / "a") == _as_records(tmp_path / "b")
+    frames = [item.event for _, item in replay.merged_events(tmp_path / "b")]
+    assert all(type(e) is GpuFrame for e in frames)
+
+
+def test_block_size_is_sane():
+    assert _BLOCK_BYTES >= 1 << 20

@@ -7,7 +7,7 @@ version's fingerprint never changes: when an output record changes shape and
 ``tests/unit/dataflows/test_contract.py`` fails, so a consumer never meets a new shape under an old number.
 
 >>> sorted(RECORDS)
-['action', 'anomaly', 'dead_letter', 'gpu', 'logs', 'progress', 'scheduler', 'stacks']
+['action', 'anomaly', 'dead_letter', 'gpu', 'gpu_sweep', 'logs', 'progress', 'scheduler', 'stacks']
 >>> schema("anomaly")["$defs"]["Anomaly"]["properties"]["schema_version"]["default"] == SCHEMA_VERSION
 True
 """
@@ -28,6 +28,7 @@ from trainguard.detectors.events import (
     Anomaly,
     DeadLetter,
     GpuSample,
+    GpuSweep,
     JobEvent,
     LogRecord,
     NodeEvent,
@@ -44,6 +45,7 @@ RECORDS: dict[str, Any] = {
     "logs": LogRecord,
     "progress": ProgressRecord,
     "gpu": GpuSample,
+    "gpu_sweep": GpuSweep,  # the gpu topic's other form: a node's GPUs in one record
     "scheduler": JobEvent | NodeEvent,
     "stacks": StacksRecord,
     "anomaly": Anomaly,

@@ -103,6 +103,40 @@ class GpuSample(_Record, kw_only=True):
     job_id: str | None = None
 
 
+class GpuSweep(_Record, kw_only=True):
+    """One node's GPUs read in one sweep, as one ``gpu`` record: each metric a list aligned with ``gpus``.
+
+    The same fields as :class:`GpuSample` (null where a GPU did not report one); a producer that
+    reads a node's GPUs together sends one message instead of one per GPU.
+    """
+
+    node: str
+    gpus: list[int]
+    uuid: list[str | None] | None = None
+    pci_bus_id: list[str | None] | None = None
+    util_pct: list[float | None] | None = None
+    mem_used_mib: list[float | None] | None = None
+    temp_c: list[float | None] | None = None
+    power_w: list[float | None] | None = None
+    sm_clock_mhz: list[float | None] | None = None
+    ecc_sbe_total: list[int | None] | None = None
+    ecc_dbe_total: list[int | None] | None = None
+    remapped_rows_pending: list[int | None] | None = None
+    remapped_rows_failed: list[int | None] | None = None
+    remapped_rows_correctable: list[int | None] | None = None
+    remapped_rows_uncorrectable: list[int | None] | None = None
+    pcie_replay_total: list[int | None] | None = None
+    nvlink_crc_total: list[int | None] | None = None
+    nvlink_replay_total: list[int | None] | None = None
+    nvlink_recovery_total: list[int | None] | None = None
+    throttle_reasons: list[int | None] | None = None
+    xid: list[int | None] | None = None
+
+
+_SWEEP_COLUMNS = tuple(f for f in GpuSweep.__struct_fields__ if f not in ("ts", "node", "gpus"))
+_encode = msgspec.json.Encoder().encode
+
+
 class JobEvent(_Record, tag_field="kind", tag="job", kw_only=True):
     job_id: str | int
     state: str
@@ -280,8 +314,11 @@ def parse_ts(value: float | str) -> float:
 
 
 def decode(topic: str, payload: bytes | str | None, partition: int = 0, offset: int = 0) -> Event | DeadLetter:
-    """Decode one record of ``topic``; never raises."""
+    """Decode one record of ``topic``; never raises. A ``gpu`` record with ``gpus`` is a node's sweep
+    (:class:`GpuSweep`): it decodes to a :class:`~trainguard.detectors.frames.GpuFrame`."""
     raw = payload if type(payload) is bytes else (payload.encode() if isinstance(payload, str) else payload or b"")
+    if topic == "gpu" and b'"gpus"' in raw:
+        return _sweep(raw, partition, offset)
     decoder = _DECODERS.get(topic)
     reason = None
     if decoder is None:
@@ -317,6 +354,49 @@ def decode(topic: str, payload: bytes | str | None, partition: int = 0, offset: 
     return DeadLetter(topic=topic, partition=partition, offset=offset, reason=reason, payload=raw)
 
 
+def _sweep(raw: bytes, partition: int, offset: int) -> Any:
+    """A node's sweep as one frame: each GPU's record is read as if it had come alone (strictly, else
+    with the lenient rules and their counters), so a sweep and its GPUs' records say the same."""
+    from trainguard.detectors.frames import GpuFrame
+
+    def refused(reason: str) -> DeadLetter:
+        return DeadLetter(topic="gpu", partition=partition, offset=offset, reason=f"GPU sweep: {reason}", payload=raw)
+
+    if len(raw) > MAX_RECORD_BYTES:
+        return refused(f"record is {len(raw)} bytes, over the {MAX_RECORD_BYTES}-byte limit")
+    try:
+        try:
+            record = _json_object.decode(raw)
+        except msgspec.DecodeError:
+            record = parse_loose(raw)  # NaN, Infinity: the GPUs' own records null them
+    except (msgspec.DecodeError, ValueError) as exc:
+        return refused(str(exc))
+    if not isinstance(record, dict):
+        return refused("expected a JSON object")
+    gpus = record.get("gpus")
+    if not isinstance(gpus, list) or not gpus:
+        return refused("`gpus` must be a non-empty list of GPU indexes")
+    columns: dict[str, list[Any]] = {}
+    for name in _SWEEP_COLUMNS:
+        values = record.get(name)
+        if values is None:
+            continue
+        if not isinstance(values, list) or len(values) != len(gpus):
+            return refused(f"`{name}` must be a list with one value per GPU ({len(gpus)})")
+        # NaN and Infinity go on as text, so each GPU's record nulls and counts them as it would alone.
+        columns[name] = [str(v) if isinstance(v, float) and not math.isfinite(v) else v for v in values]
+    head = {"ts": record.get("ts"), "node": record.get("node")}
+    samples = []
+    for i, gpu in enumerate(gpus):
+        sample = decode(
+            "gpu", _encode({**head, "gpu": gpu, **{k: v[i] for k, v in columns.items()}}), partition, offset
+        )
+        if type(sample) is DeadLetter:
+            return refused(sample.reason)
+        samples.append(sample)
+    return GpuFrame.from_samples(samples)  # type: ignore[arg-type]
+
+
 def _lenient(topic: str, raw: bytes) -> Event:
     """The strict decoder refused the record: read it again, coercing or nulling odd optional fields
     (see :mod:`detectors.lenient`); raises the strict error when a required field is unusable."""
@@ -342,7 +422,8 @@ def _lenient(topic: str, raw: bytes) -> Event:
 
 # The output contract's version: bumped whenever an output record changes shape or meaning
 # (docs/schemas/ holds the JSON Schema of every version's records; a test checks both).
-SCHEMA_VERSION = 3  # 3: localisation, stack_groups and revised_at on anomalies; the diagnose action
+# 4: the gpu topic takes a node's sweep as one record; 3: localisation, stack_groups, revised_at, diagnose.
+SCHEMA_VERSION = 4
 
 Kind = Literal["crash", "hang", "straggler", "imbalance", "numerics", "gpu_degraded", "node_unhealthy"]
 Layer = Literal["hardware", "system", "application", "unknown"]

@@ -23,7 +23,15 @@ import msgspec
 from trainguard.detectors.drift import DriftDetector
 from trainguard.detectors.events import Event, GpuSample
 from trainguard.detectors.findings import Finding, count_recent
-from trainguard.detectors.frames import COUNTERS, SLOWDOWN_REASONS, UTIL, GpuFrame, as_frame, throttle_mask
+from trainguard.detectors.frames import (
+    COUNTERS,
+    SLOWDOWN_REASONS,
+    UTIL,
+    GpuFrame,
+    as_frame,
+    rare_rows,
+    throttle_mask,
+)
 from trainguard.detectors.ids import gpu_id
 from trainguard.detectors.xid import xid_info
 
@@ -102,12 +110,13 @@ class GpuHealth:
             for i, key in enumerate(before.keys):  # GPUs this frame lacks keep their last sample here
                 if key[1] not in frame.gpus:
                     self._last[key] = (before, i)
+        rare = rare_rows(frame.values).tolist() if frame.rare else None  # which GPUs carry the news
         for i, key in enumerate(frame.keys):
             if before is not None and key[1] in before.gpus:
                 last: tuple[GpuFrame, int] | None = (before, before.gpus.index(key[1]))
             else:
                 last = self._last.pop(key, None)
-            if last is not None and not frame.rare and self._quiet(frame, i, last, key):
+            if last is not None and not (rare and rare[i]) and self._quiet(frame, i, last, key):
                 continue
             found += self._judge(frame.sample(i), None if last is None else last[0].sample(last[1]))
         return found

@@ -37,8 +37,8 @@ def _number(value: Any, kind: type) -> tuple[Any, bool]:
     if isinstance(value, int | float):
         if isinstance(value, float) and not math.isfinite(value):
             return None, False
-        if kind is int:
-            return (int(value), False) if float(value).is_integer() else (None, False)
+        if kind is int:  # an integer as such is clean; 3.0 is read as 3, and counted
+            return (int(value), type(value) is int) if float(value).is_integer() else (None, False)
         return float(value), isinstance(value, float)
     if isinstance(value, str):
         text = value.strip().lower()

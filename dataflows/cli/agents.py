@@ -85,6 +85,9 @@ def collect_gpu(
     interval: Annotated[
         float, typer.Option(min=0.5, help="Seconds between samples; Xid events are awaited in between.")
     ] = 10.0,
+    sweeps: Annotated[
+        bool, typer.Option("--sweeps", help="Send a node's GPUs of one poll as one record (the gpu_sweep form).")
+    ] = False,
     count: CountOpt = None,
     config: ConfigOpt = None,
     metrics_port: MetricsPortOpt = 0,
@@ -107,6 +110,10 @@ def collect_gpu(
             agent = GpuCollector(node or socket.gethostname().split(".")[0])
         except NvmlUnavailable as exc:
             raise fail(str(exc)) from None
+    if sweeps:
+        from trainguard.agents.sweeps import Sweeps
+
+        agent = Sweeps(agent)
     published = _run(agent, settings, out, interval, count, (metrics_port, metrics_host))
     console.print(f"published {published} GPU record(s) ({agent.name})")
 

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from tests.conftest import summary
 from tests.support import dcgm_exporter as fake
 from trainguard.agents.dcgm import DcgmExporterScraper, GpuFrames
+from trainguard.agents.sweeps import as_sweeps
 from trainguard.cli.app import app
 from trainguard.dataflows.pipeline import replay_in_process
 from trainguard.detectors.events import GpuSample, decode
@@ -51,6 +52,10 @@ def test_scraped_pages_find_the_same_anomalies_as_the_same_telemetry_through_nvm
     nvml = fake.nvml_records([(r, T0 + 10 * r) for r in range(ROUNDS)])
     from_nvml = replay_in_process(_write(tmp_path / "nvml", nvml)).anomalies
     assert summary(from_dcgm) == summary(from_nvml)
+    # The same scrapes sent as one sweep record per node (collect-gpu --sweeps): the same anomalies.
+    sweeps = [record for _, record in as_sweeps([("gpu", r) for r in scraped])]
+    assert len(sweeps) == ROUNDS * len(fake.NODES) and all(len(s["gpus"]) == fake.GPUS for s in sweeps)
+    assert summary(replay_in_process(_write(tmp_path / "sweeps", sweeps)).anomalies) == summary(from_dcgm)
     found = {(a.category, tuple(a.nodes), tuple(a.gpus)) for a in from_dcgm}
     assert ("xid_79", (fake.XID_NODE,), (f"{fake.XID_NODE}/{fake.XID_GPU}",)) in found
     assert ("ecc_sbe_burst", (fake.SBE_NODE,), (f"{fake.SBE_NODE}/{fake.SBE_GPU}",)) in found

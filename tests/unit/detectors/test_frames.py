@@ -129,3 +129,28 @@ def test_a_refused_frame_is_a_dead_letter_per_gpu_record():
     dead = [item for key, item in out if key == DEAD]
     assert [(d.offset, d.topic) for d in dead] == [(10, "gpu"), (11, "gpu"), (12, "gpu"), (13, "gpu")]
     assert all(b'"xid":79' in d.payload and "ahead of the newest event" in d.reason for d in dead)
+
+
+def test_a_sweep_record_is_its_gpus_records_read_together():
+    from trainguard.detectors.events import DeadLetter, decode
+    from trainguard.detectors.lenient import FIELD_WARNINGS
+
+    alone = [
+        b'{"ts": 1796119200, "node": "n1", "gpu": 0, "util_pct": 97.5, "xid": null, "ecc_sbe_total": 3}',
+        b'{"ts": 1796119200, "node": "n1", "gpu": 1, "util_pct": "NaN", "xid": 79, "ecc_sbe_total": 4}',
+    ]
+    sweep = (
+        b'{"ts": 1796119200, "node": "n1", "gpus": [0, 1], "util_pct": [97.5, NaN], "xid": [null, 79], '
+        b'"ecc_sbe_total": [3, 4]}'
+    )
+    FIELD_WARNINGS.clear()
+    frame = decode("gpu", sweep)
+    from_sweep = dict(FIELD_WARNINGS)
+    FIELD_WARNINGS.clear()
+    records = [decode("gpu", line) for line in alone]
+    assert type(frame) is GpuFrame and list(frame.samples()) == records
+    assert from_sweep == dict(FIELD_WARNINGS) == {("gpu", "util_pct"): 1}  # nulled and counted either way
+    short = decode("gpu", b'{"ts": 1796119200, "node": "n1", "gpus": [0, 1], "temp_c": [40.0]}')
+    assert type(short) is DeadLetter and "`temp_c` must be a list with one value per GPU (2)" in short.reason
+    nameless = decode("gpu", b'{"ts": 1796119200, "gpus": [0]}')
+    assert type(nameless) is DeadLetter and nameless.reason.startswith("GPU sweep: ") and "node" in nameless.reason

@@ -82,6 +82,9 @@ def replay_flow(
     return build_flow(ReplaySource(directory, speed=speed), settings, outputs, live=live)
 
 
+NO_SNAPSHOTS_S = 10 * 365 * 24 * 3600.0
+
+
 def run(
     flow: Dataflow,
     workers: int = 1,
@@ -98,7 +101,9 @@ def run(
             recovery.mkdir(parents=True, exist_ok=True)
             init_db_dir(recovery, 1)
         recovery_config = RecoveryConfig(recovery)
-    epoch = timedelta(seconds=snapshot_s)
+    # Bytewax snapshots every touched key at each epoch's end, recovery or not: without recovery the
+    # snapshots go nowhere, so epochs are made long enough never to end before the input does.
+    epoch = timedelta(seconds=snapshot_s if recovery_config is not None else NO_SNAPSHOTS_S)
     if addresses and len(addresses) > 1:
         cluster_main(
             flow,

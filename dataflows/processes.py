@@ -17,6 +17,7 @@ import multiprocessing as mp
 import queue
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,8 @@ def _child(
 ) -> None:
     from bytewax.testing import cluster_main
 
+    from trainguard.dataflows.pipeline import NO_SNAPSHOTS_S
+
     try:
         child_outputs = dataclasses.replace(
             outputs,
@@ -71,7 +74,9 @@ def _child(
             on_actions=_forwarder(channel, "actions") if outputs.on_actions else None,
             on_dead_letters=_forwarder(channel, "dead_letters") if outputs.on_dead_letters else None,
         )
-        cluster_main(build(child_outputs), addresses, index, worker_count_per_proc=1)
+        # No recovery here: epochs that never end before the input, so no snapshot is taken for nothing.
+        epoch = timedelta(seconds=NO_SNAPSHOTS_S)
+        cluster_main(build(child_outputs), addresses, index, epoch_interval=epoch, worker_count_per_proc=1)
     except BaseException as exc:  # reported to the parent, which raises
         channel.put((_DONE, f"worker process {index} failed: {type(exc).__name__}: {exc}"))
         raise SystemExit(1) from None

@@ -78,11 +78,18 @@ class _WindowNovelty:
         self._sum = 0.0
         self._count = 0
         self._ref: float | None = None  # first value, subtracted to keep float32 precision
-        self._recent: deque[float] = deque(maxlen=width)
-        self._pending: deque[np.ndarray] = deque()
-        self._store = np.empty((16, width), dtype=np.float32)
+        # Lists, and the store made when first needed: an idle node holds two of these per GPU and metric,
+        # and a deque weighs 600 bytes before it holds anything.
+        self._recent: list[float] = []
+        self._pending: list[np.ndarray] = []
+        self._store: np.ndarray | None = None
         self._size = 0
         self._next = 0
+
+    def __setstate__(self, state: tuple[None, dict[str, object]]) -> None:
+        # Snapshots written before the lists held deques (and always a store): the same values.
+        for name, value in state[1].items():
+            setattr(self, name, list(value) if isinstance(value, deque) else value)
 
     def update(self, x: float) -> float:
         """Learn ``x``; return the latest window's distance (it changes once a block)."""
@@ -92,21 +99,26 @@ class _WindowNovelty:
         self._count += 1
         if self._count < self.block:
             return self.value
-        self._recent.append(self._sum / self.block)
+        recent = self._recent
+        recent.append(self._sum / self.block)
+        if len(recent) > self.width:
+            del recent[0]
         self._sum = 0.0
         self._count = 0
-        if len(self._recent) < self.width:
+        if len(recent) < self.width:
             return self.value
-        window = np.array(self._recent, dtype=np.float32)
+        window = np.array(recent, dtype=np.float32)
         if self._size:
-            diff = self._store[: self._size] - window
+            diff = self._store[: self._size] - window  # type: ignore[index]
             self.value = math.sqrt(float(np.einsum("ij,ij->i", diff, diff).min()) / self.width)
         self._pending.append(window)
         if len(self._pending) > self.width:
-            self._keep(self._pending.popleft())
+            self._keep(self._pending.pop(0))
         return self.value
 
     def _keep(self, window: np.ndarray) -> None:
+        if self._store is None:
+            self._store = np.empty((16, self.width), dtype=np.float32)
         if self._size < self.memory:
             if self._size == len(self._store):
                 grown = np.empty((min(2 * self._size, self.memory), self.width), dtype=np.float32)

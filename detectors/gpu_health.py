@@ -17,6 +17,7 @@ reset, not an error. Each (GPU, category) fires at most once per cooldown.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 import msgspec
 
@@ -24,6 +25,7 @@ from trainguard.detectors.drift import DriftDetector
 from trainguard.detectors.events import Event, GpuSample
 from trainguard.detectors.findings import Finding, count_recent
 from trainguard.detectors.frames import (
+    COLUMN,
     COUNTERS,
     SLOWDOWN_REASONS,
     UTIL,
@@ -65,6 +67,10 @@ _THROTTLES = (
 )
 
 
+_QUIET, _DRIFT, _JUDGE = range(3)  # what a GPU's sample needs (see GpuHealth._need)
+_TEMP_POWER = [COLUMN["temp_c"], COLUMN["power_w"]]
+
+
 class GpuHealth:
     """Counter, event and throttle rules over the samples of any number of GPUs."""
 
@@ -76,7 +82,7 @@ class GpuHealth:
         # Each GPU's last sample is in its node's last frame, or — for a GPU that frame lacks — in _last.
         self._frames: dict[str, GpuFrame] = {}
         self._last: dict[tuple[str, int], tuple[GpuFrame, int]] = {}
-        self._counters: dict[tuple[str, int, str], deque[tuple[float, int]]] = {}
+        self._counters: dict[tuple[str, int, str], list[tuple[float, int]]] = {}
         self._throttled: dict[tuple[str, int], int] = {}  # consecutive slowed samples, GPUs with some only
         self._fired: dict[tuple[str, int, str], float] = {}
         self._xid_bursts: dict[tuple[str, int, str], deque[float]] = {}  # ignored Xids seen, per GPU
@@ -116,18 +122,21 @@ class GpuHealth:
                 last: tuple[GpuFrame, int] | None = (before, before.gpus.index(key[1]))
             else:
                 last = self._last.pop(key, None)
-            if last is not None and not (rare and rare[i]) and self._quiet(frame, i, last, key):
-                continue
-            found += self._judge(frame.sample(i), None if last is None else last[0].sample(last[1]))
+            need = _JUDGE if last is None or (rare and rare[i]) else self._need(frame, i, last, key)
+            if need == _DRIFT:
+                temp, power = (None if v != v else v for v in frame.values[_TEMP_POWER, i].tolist())
+                found += self._drift_of_idle(key, temp, power, lambda i=i: frame.sample(i))  # type: ignore[misc]
+            elif need == _JUDGE:
+                found += self._judge(frame.sample(i), None if last is None else last[0].sample(last[1]))
         return found
 
-    def _quiet(self, frame: GpuFrame, i: int, last: tuple[GpuFrame, int], key: tuple[str, int]) -> bool:
-        """Whether GPU ``i`` of a frame with nothing rare in it has nothing to say either: counters as
-        they were, not being counted as throttled, not an idle GPU whose drift is scored."""
+    def _need(self, frame: GpuFrame, i: int, last: tuple[GpuFrame, int], key: tuple[str, int]) -> int:
+        """What GPU ``i`` of a frame, its sample not rare, needs: nothing (counters as they were, not being
+        counted as throttled), its idle drift scored (an idle GPU of a node with no job), or judging."""
         before, j = last
         if key in self._throttled or before.values[:COUNTERS, j].tobytes() != frame.values[:COUNTERS, i].tobytes():
-            return False
-        return not (self.idle_drift and frame.values[UTIL, i] < self.settings.drift_idle_util_pct)
+            return _JUDGE
+        return _DRIFT if self.idle_drift and frame.values[UTIL, i] < self.settings.drift_idle_util_pct else _QUIET
 
     def _any_idle(self, frame: GpuFrame) -> bool:
         util = frame.values[UTIL]
@@ -164,24 +173,7 @@ class GpuHealth:
                     f.onset_ts = since
                 found += burst
         if self.idle_drift and sample.util_pct is not None and sample.util_pct < s.drift_idle_util_pct:
-            for field in ("temp_c", "power_w"):
-                value = getattr(sample, field)
-                if value is None:
-                    continue
-                detector = self._drift.get((sample.node, sample.gpu, field))
-                if detector is None:
-                    detector = self._drift[(sample.node, sample.gpu, field)] = DriftDetector()
-                score = detector.score_one(float(value))
-                if score >= s.drift_threshold:
-                    # A score alone may warn (watch the node), never drain it: a drain needs a hard signal.
-                    for f in self._fire(
-                        sample,
-                        f"idle_{field.split('_')[0]}_drift",
-                        None,
-                        f"idle {field} {value:g} is novel for this GPU (score {score:.2f})",
-                    ):
-                        f.severity = "warning"
-                        found.append(f)
+            found += self._drift_of_idle(key, sample.temp_c, sample.power_w, lambda: sample)
         mask = throttle_mask(sample.throttle_reasons)
         if mask & SLOWDOWN_REASONS:
             slowed = self._throttled[key] = self._throttled.get(key, 0) + 1
@@ -198,6 +190,30 @@ class GpuHealth:
                         f.severity = "critical" if idle else "warning"
                         found.append(f)
                     break
+        return found
+
+    def _drift_of_idle(
+        self, key: tuple[str, int], temp: float | None, power: float | None, sample: Callable[[], GpuSample]
+    ) -> list[Finding]:
+        """An idle GPU's temperature and power scored for novelty (``sample``: its record, made if it fires)."""
+        found: list[Finding] = []
+        for field, value in (("temp_c", temp), ("power_w", power)):
+            if value is None:
+                continue
+            detector = self._drift.get((*key, field))
+            if detector is None:
+                detector = self._drift[(*key, field)] = DriftDetector()
+            score = detector.score_one(float(value))
+            if score >= self.settings.drift_threshold:
+                # A score alone may warn (watch the node), never drain it: a drain needs a hard signal.
+                for f in self._fire(
+                    sample(),
+                    f"idle_{field.split('_')[0]}_drift",
+                    None,
+                    f"idle {field} {value:g} is novel for this GPU (score {score:.2f})",
+                ):
+                    f.severity = "warning"
+                    found.append(f)
         return found
 
     def _xid_counts(self, sample: GpuSample, finding: Finding) -> bool:
@@ -262,7 +278,7 @@ class GpuHealth:
         key = (sample.node, sample.gpu, field)
         history = self._counters.get(key)
         if history is None:
-            history = self._counters[key] = deque()
+            history = self._counters[key] = []  # a list: most hold one anchor, and a deque weighs 600 bytes
         elif value == history[-1][1]:
             return 0, 0.0  # unchanged: no new rise to report
         elif value < history[-1][1]:
@@ -271,7 +287,7 @@ class GpuHealth:
         history.append((ts, value))
         start = ts - self.settings.burst_window_s
         while len(history) > 1 and history[1][0] <= start:
-            history.popleft()
+            del history[0]
         if len(history) == 1:
             return 0, ts
         rise = value - history[0][1]

@@ -43,6 +43,7 @@ True
 from __future__ import annotations
 
 import math
+from array import array
 from collections import deque
 
 import numpy as np
@@ -181,7 +182,8 @@ class DriftDetector:
         self._mean = self._var = 0.0  # level
         self._previous = 0.0
         self._short = self._long = 0.0  # step variances
-        self._ring = [[0.0] * k for _ in range(smoothing)]  # last raw surprises
+        # The last raw surprises, ``k`` per value, as doubles (an idle node keeps two detectors per GPU).
+        self._ring = array("d", bytes(8 * k * smoothing))
         self._sums = [0.0] * k
         self._est_n = 0  # running distribution of the smoothed surprises
         self._est_mean = [0.0] * k
@@ -195,6 +197,8 @@ class DriftDetector:
         if "_shapes" not in state:  # the previous model's state: relearn this stream with this model
             self.__init__()  # type: ignore[misc]
             return
+        if isinstance(state["_ring"], list):  # written when the ring was a list of lists
+            state["_ring"] = array("d", [raw for raws in state["_ring"] for raw in raws])  # type: ignore[union-attr]
         self.__dict__.update(state)
 
     def score_one(self, x: float) -> float:
@@ -235,12 +239,12 @@ class DriftDetector:
             raws.append(1.0 - math.exp(-10.0 * distance / span) if span > 0.0 else 0.0)
 
         # Moving averages of the raw surprises.
-        slot = (n - 1) % self.smoothing
-        old = self._ring[slot]
-        self._ring[slot] = raws
+        ring, k = self._ring, len(raws)
+        start = (n - 1) % self.smoothing * k
         sums = self._sums
         for i, raw in enumerate(raws):
-            sums[i] += raw - old[i]
+            sums[i] += raw - ring[start + i]
+            ring[start + i] = raw
         count = n if n < self.smoothing else self.smoothing
         smoothed = [s / count for s in sums]
 

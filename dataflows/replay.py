@@ -30,7 +30,7 @@ from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 from trainguard.dataflows.records import RawRecord, Routed
 from trainguard.dataflows.replay_columns import GpuBlock, jsonl_blocks, parquet_blocks
 from trainguard.detectors.events import TOPICS, DeadLetter, GpuSample, decode, parse_ts
-from trainguard.detectors.frames import GpuFrame
+from trainguard.detectors.frames import GpuFrame, same_sweep
 
 REPLAY_CLOCK = "replay/0"
 # A timestamp this far from the previous one in the same file is treated as an
@@ -292,13 +292,7 @@ def _sweeps(chunk: list[tuple[float, int, int, Any, bytes]]) -> list[tuple[float
 
 
 def _joins(run: list[tuple[float, int, int, Any, bytes]], key: float, sample: GpuSample) -> bool:
-    first = run[0][3]
-    return (
-        key == run[0][0]
-        and sample.ts == first.ts
-        and sample.node == first.node
-        and all(r[3].gpu != sample.gpu for r in run)
-    )
+    return key == run[0][0] and same_sweep(run[0][3], [r[3].gpu for r in run], sample)
 
 
 def _flush(run: list[tuple[float, int, int, Any, bytes]], out: list[tuple[float, int, int, Any, bytes | None]]) -> None:

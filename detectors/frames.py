@@ -17,7 +17,7 @@ the replay reader); a detector that wants records still gets them (:meth:`GpuFra
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from operator import attrgetter
 
 import msgspec
@@ -186,6 +186,13 @@ class GpuFrame:
         pci = [s.pci_bus_id for s in samples] if any(s.pci_bus_id for s in samples) else None
         gpus = tuple(s.gpu for s in samples)
         return cls(float(first.ts), first.node, gpus, values, uuid, pci, first.job_id, rare)  # type: ignore[arg-type]
+
+
+def same_sweep(first: GpuSample, gpus: Iterable[int], sample: GpuSample) -> bool:
+    """Whether ``sample`` goes in the frame that starts with ``first`` and holds ``gpus`` so far: the same
+    node and instant, and a GPU not yet in it (a second report of one GPU is judged against the first,
+    so it starts a new frame)."""
+    return sample.ts == first.ts and sample.node == first.node and sample.gpu not in gpus
 
 
 def as_frame(event: GpuSample | GpuFrame) -> GpuFrame:

@@ -58,7 +58,7 @@ from trainguard.detectors.events import (
     NodeEvent,
     Tick,
 )
-from trainguard.detectors.frames import GpuFrame
+from trainguard.detectors.frames import GpuFrame, same_sweep
 from trainguard.detectors.settings import Count, Positive, Seconds
 
 # Shard ownership and the job ↔ node map live in detectors.shards; the names stay importable here
@@ -339,15 +339,7 @@ class _Sweep:
         self.samples = [sample]
 
     def joins(self, sample: GpuSample, key: str) -> bool:
-        """Same key, node and timestamp, and a GPU not yet in the sweep (a second report of one GPU
-        is a new frame: it is judged against the first)."""
-        first = self.samples[0]
-        return (
-            key == self.key
-            and sample.ts == first.ts
-            and sample.node == first.node
-            and all(s.gpu != sample.gpu for s in self.samples)
-        )
+        return key == self.key and same_sweep(self.samples[0], [s.gpu for s in self.samples], sample)
 
     def frame(self) -> GpuFrame | GpuSample:
         return GpuFrame.from_samples(self.samples) if len(self.samples) > 1 else self.samples[0]

@@ -100,7 +100,7 @@ class GpuFrame:
     ``job_id`` is stamped by the router (the job running on the node), never by producers.
     """
 
-    __slots__ = ("_keys", "gpus", "job_id", "node", "pci_bus_id", "rare", "ts", "uuid", "values")
+    __slots__ = ("gpus", "job_id", "keys", "node", "pci_bus_id", "rare", "ts", "uuid", "values")
 
     def __init__(
         self,
@@ -121,7 +121,8 @@ class GpuFrame:
         self.pci_bus_id = pci_bus_id
         self.job_id = job_id
         self.rare = bool(rare_rows(values).any()) if rare is None else rare
-        self._keys: tuple[tuple[str, int], ...] | None = None
+        # ``(node, gpu)`` of each column: the key per-GPU state is kept under (read several times a frame).
+        self.keys = tuple([(node, g) for g in gpus])
 
     def __len__(self) -> int:
         return len(self.gpus)
@@ -134,14 +135,6 @@ class GpuFrame:
 
     def __setstate__(self, state: tuple[object, ...]) -> None:
         self.__init__(*state)  # type: ignore[misc]
-
-    @property
-    def keys(self) -> tuple[tuple[str, int], ...]:
-        """``(node, gpu)`` of each column: the key per-GPU state is kept under."""
-        if self._keys is None:
-            node = self.node
-            self._keys = tuple((node, g) for g in self.gpus)
-        return self._keys
 
     def column(self, field: str) -> np.ndarray:
         """One field across the frame's GPUs (NaN where a GPU did not report it)."""

@@ -37,6 +37,7 @@ SPIN_UTIL = 85.0  # NCCL's busy-wait kernels keep utilisation pinned near 100 %
 IDLE_UTIL = 10.0
 SPIN_POWER = 0.55  # spinning draws at most this share of the GPU's training power
 TRAIN_EWM = 0.1  # weight of a new stepping sample in the training power level
+_UTIL_POWER = [UTIL, POWER]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +64,9 @@ class GpuActivity:
         the power level)."""
         frame = as_frame(sample)
         ts = frame.ts
-        utils = [None if u != u else u for u in frame.values[UTIL].tolist()]
-        powers = [None if p != p else p for p in frame.values[POWER].tolist()]
+        util_power = frame.values[_UTIL_POWER].tolist()
+        utils = [None if u != u else u for u in util_power[0]]
+        powers = [None if p != p else p for p in util_power[1]]
         recents, keep, levels = self._recent, self.keep, self._train_power
         for key, util, power in zip(frame.keys, utils, powers, strict=True):
             recent = recents.get(key)

@@ -189,13 +189,16 @@ class Router:
                 continue  # every shard refuses it: shard 0 reports it
             if reason is not None:
                 topic = TOPICS[order[0]] if order[0] < len(TOPICS) else partition.split("/", 1)[0]
-                # A frame's GPUs were records on the way in: each is refused, as it would have been alone.
-                records = event.samples() if type(event) is GpuFrame else (event,)
-                for i, record in enumerate(records):
-                    raw = payload if payload is not None else msgspec.json.encode(record)
-                    dead = DeadLetter(
-                        topic=topic, partition=order[1], offset=order[2] + i, reason=reason, payload=raw, ts=ts
-                    )
+                # The bytes as they came (a sweep record too); a frame the replay reader cut from its rows
+                # has none: each of its GPUs' records is refused, at its own offset, as it would be alone.
+                if payload is not None:
+                    records: list[tuple[int, bytes]] = [(order[2], payload)]
+                elif type(event) is GpuFrame:
+                    records = [(order[2] + i, msgspec.json.encode(s)) for i, s in enumerate(event.samples())]
+                else:
+                    records = [(order[2], msgspec.json.encode(event))]
+                for offset, raw in records:
+                    dead = DeadLetter(topic=topic, partition=order[1], offset=offset, reason=reason, payload=raw, ts=ts)
                     out.append((DEAD, dead))
                 continue
             observe(partition, ts, wall)

@@ -120,6 +120,7 @@ def test_a_frame_is_rare_only_when_a_sample_is_news_on_its_own():
 
 
 def test_a_refused_frame_is_a_dead_letter_per_gpu_record():
+    from trainguard.detectors.events import decode
     from trainguard.detectors.routing import DEAD, Router, RouterSettings
 
     router = Router(RouterSettings(lateness_s=0, max_future_s=60))
@@ -129,6 +130,10 @@ def test_a_refused_frame_is_a_dead_letter_per_gpu_record():
     dead = [item for key, item in out if key == DEAD]
     assert [(d.offset, d.topic) for d in dead] == [(10, "gpu"), (11, "gpu"), (12, "gpu"), (13, "gpu")]
     assert all(b'"xid":79' in d.payload and "ahead of the newest event" in d.reason for d in dead)
+    # A sweep that came as one record is refused as it came: one dead letter with its own bytes.
+    sweep = b'{"ts": 1796139200, "node": "n", "gpus": [0, 1], "xid": [79, null]}'
+    out = router.route("gpu/0", decode("gpu", sweep), order=(2, 0, 20), payload=sweep)  # type: ignore[arg-type]
+    assert [(d.offset, d.payload) for key, d in out if key == DEAD] == [(20, sweep)]
 
 
 def test_a_sweep_record_is_its_gpus_records_read_together():

@@ -219,8 +219,8 @@ def _decode_batch(batch: list[RawRecord | Routed | DeadLetter]) -> list[tuple[st
         if type(rec) is Routed:  # already decoded by the source (replay), or a live partition's drain report
             out.append(("router", rec))
             if rec[1][0] < _TOPIC_COUNT:
-                topic = TOPICS[rec[1][0]]
-                events.extend([topic] * len(rec.event)) if type(rec.event) is GpuFrame else events.append(topic)
+                # A frame counts as the GPU records it holds.
+                events += [TOPICS[rec[1][0]]] * (len(rec.event) if type(rec.event) is GpuFrame else 1)
             continue
         if isinstance(rec, DeadLetter):
             out.append(("router", rec))

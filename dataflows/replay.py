@@ -255,7 +255,7 @@ def _blocks(path: Path, columns: bool) -> Iterator[tuple[GpuBlock | None, Any]]:
 
 def _payloads(raw: Any) -> Iterator[bytes]:
     """Each record's bytes from what :func:`_blocks` gave: lines of JSON (a block of bytes, or a list of
-    lines), or Parquet rows (a DataFrame, or dicts)."""
+    lines), or Parquet rows (a record batch, or dicts)."""
     if isinstance(raw, bytes | bytearray):
         raw = raw.split(b"\n")
     elif isinstance(raw, pa.RecordBatch):
@@ -292,7 +292,9 @@ def _sweeps(chunk: list[tuple[float, int, int, Any, bytes]]) -> list[tuple[float
 
 
 def _joins(run: list[tuple[float, int, int, Any, bytes]], key: float, sample: GpuSample) -> bool:
-    return key == run[0][0] and same_sweep(run[0][3], [r[3].gpu for r in run], sample)
+    first = run[0][3]
+    gpus = [r[3].gpu for r in run]
+    return key == run[0][0] and same_sweep(sample.ts, sample.node, sample.gpu, first.ts, first.node, gpus)  # type: ignore[arg-type]
 
 
 def _flush(run: list[tuple[float, int, int, Any, bytes]], out: list[tuple[float, int, int, Any, bytes | None]]) -> None:

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from trainguard.detectors.events import MAX_RECORD_BYTES, MAX_TS, MIN_TS
-from trainguard.detectors.frames import FIELDS, INTEGER_FIELDS, GpuFrame, rare_rows
+from trainguard.detectors.frames import FIELDS, INTEGER_FIELDS, GpuFrame, rare_rows, same_sweep
 
 # polars' thread pool does not survive fork(): a forked process (a worker of ``replay --processes``)
 # parses JSON Lines record by record instead (Parquet is read through Arrow, which does).
@@ -78,7 +78,8 @@ class GpuBlock:
         starts = [0]
         run_gpus = {gpu[0]}
         for i in range(1, len(ts)):
-            if ts[i] != ts[i - 1] or node[i] != node[i - 1] or gpu[i] in run_gpus:
+            first = starts[-1]
+            if not same_sweep(ts[i], node[i], gpu[i], ts[first], node[first], run_gpus):
                 starts.append(i)
                 run_gpus = set()
             run_gpus.add(gpu[i])

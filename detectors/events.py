@@ -103,34 +103,21 @@ class GpuSample(_Record, kw_only=True):
     job_id: str | None = None
 
 
-class GpuSweep(_Record, kw_only=True):
-    """One node's GPUs read in one sweep, as one ``gpu`` record: each metric a list aligned with ``gpus``.
-
-    The same fields as :class:`GpuSample` (null where a GPU did not report one); a producer that
-    reads a node's GPUs together sends one message instead of one per GPU.
-    """
-
-    node: str
-    gpus: list[int]
-    uuid: list[str | None] | None = None
-    pci_bus_id: list[str | None] | None = None
-    util_pct: list[float | None] | None = None
-    mem_used_mib: list[float | None] | None = None
-    temp_c: list[float | None] | None = None
-    power_w: list[float | None] | None = None
-    sm_clock_mhz: list[float | None] | None = None
-    ecc_sbe_total: list[int | None] | None = None
-    ecc_dbe_total: list[int | None] | None = None
-    remapped_rows_pending: list[int | None] | None = None
-    remapped_rows_failed: list[int | None] | None = None
-    remapped_rows_correctable: list[int | None] | None = None
-    remapped_rows_uncorrectable: list[int | None] | None = None
-    pcie_replay_total: list[int | None] | None = None
-    nvlink_crc_total: list[int | None] | None = None
-    nvlink_replay_total: list[int | None] | None = None
-    nvlink_recovery_total: list[int | None] | None = None
-    throttle_reasons: list[int | None] | None = None
-    xid: list[int | None] | None = None
+# One node's GPUs read in one sweep, as one ``gpu`` record: ``node``, ``gpus`` and each of GpuSample's
+# metrics as a list aligned with ``gpus`` (null where a GPU did not report one). Derived from GpuSample,
+# so the two forms of the topic never drift apart.
+GpuSweep = msgspec.defstruct(
+    "GpuSweep",
+    [("node", str), ("gpus", list[int])]
+    + [
+        (f.name, list[f.type] | None, None)  # type: ignore[name-defined]
+        for f in msgspec.structs.fields(GpuSample)
+        if f.name not in ("ts", "node", "gpu", "job_id")
+    ],
+    bases=(_Record,),
+    kw_only=True,
+    module=__name__,
+)
 
 
 _SWEEP_COLUMNS = tuple(f for f in GpuSweep.__struct_fields__ if f not in ("ts", "node", "gpus"))

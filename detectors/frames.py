@@ -17,7 +17,7 @@ the replay reader); a detector that wants records still gets them (:meth:`GpuFra
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 from operator import attrgetter
 
 import msgspec
@@ -181,11 +181,16 @@ class GpuFrame:
         return cls(float(first.ts), first.node, gpus, values, uuid, pci, first.job_id, rare)  # type: ignore[arg-type]
 
 
-def same_sweep(first: GpuSample, gpus: Iterable[int], sample: GpuSample) -> bool:
-    """Whether ``sample`` goes in the frame that starts with ``first`` and holds ``gpus`` so far: the same
-    node and instant, and a GPU not yet in it (a second report of one GPU is judged against the first,
-    so it starts a new frame)."""
-    return sample.ts == first.ts and sample.node == first.node and sample.gpu not in gpus
+def same_sweep(ts: float, node: str, gpu: int, first_ts: float, first_node: str, gpus: Container[int]) -> bool:
+    """Whether a sample (``ts``, ``node``, ``gpu``) goes in the frame begun at ``first_ts`` on ``first_node``
+    that holds ``gpus`` so far: the same node and instant, and a GPU not yet in it (a second report of one
+    GPU is judged against the first, so it starts a new frame). The one rule, for records and columns."""
+    return ts == first_ts and node == first_node and gpu not in gpus
+
+
+def nulls(values: list[float]) -> list[float | None]:
+    """A frame's values as a record has them: NaN is null."""
+    return [None if v != v else v for v in values]
 
 
 def as_frame(event: GpuSample | GpuFrame) -> GpuFrame:

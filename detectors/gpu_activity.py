@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from statistics import median
 
 from trainguard.detectors.events import GpuSample
-from trainguard.detectors.frames import POWER, UTIL, GpuFrame, as_frame
+from trainguard.detectors.frames import POWER, UTIL, GpuFrame, as_frame, nulls
 
 GpuKey = tuple[str, int]
 
@@ -64,9 +64,7 @@ class GpuActivity:
         the power level)."""
         frame = as_frame(sample)
         ts = frame.ts
-        util_power = frame.values[_UTIL_POWER].tolist()
-        utils = [None if u != u else u for u in util_power[0]]
-        powers = [None if p != p else p for p in util_power[1]]
+        utils, powers = (nulls(row) for row in frame.values[_UTIL_POWER].tolist())
         recents, keep, levels = self._recent, self.keep, self._train_power
         for key, util, power in zip(frame.keys, utils, powers, strict=True):
             recent = recents.get(key)

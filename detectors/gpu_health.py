@@ -31,6 +31,7 @@ from trainguard.detectors.frames import (
     UTIL,
     GpuFrame,
     as_frame,
+    nulls,
     rare_rows,
     throttle_mask,
 )
@@ -124,7 +125,7 @@ class GpuHealth:
                 last = self._last.pop(key, None)
             need = _JUDGE if last is None or (rare and rare[i]) else self._need(frame, i, last, key)
             if need == _DRIFT:
-                temp, power = (None if v != v else v for v in frame.values[_TEMP_POWER, i].tolist())
+                temp, power = nulls(frame.values[_TEMP_POWER, i].tolist())
                 found += self._drift_of_idle(key, temp, power, lambda i=i: frame.sample(i))  # type: ignore[misc]
             elif need == _JUDGE:
                 found += self._judge(frame.sample(i), None if last is None else last[0].sample(last[1]))

@@ -342,7 +342,9 @@ class _Sweep:
         self.samples = [sample]
 
     def joins(self, sample: GpuSample, key: str) -> bool:
-        return key == self.key and same_sweep(self.samples[0], [s.gpu for s in self.samples], sample)
+        first = self.samples[0]
+        gpus = [s.gpu for s in self.samples]
+        return key == self.key and same_sweep(sample.ts, sample.node, sample.gpu, first.ts, first.node, gpus)  # type: ignore[arg-type]
 
     def frame(self) -> GpuFrame | GpuSample:
         return GpuFrame.from_samples(self.samples) if len(self.samples) > 1 else self.samples[0]

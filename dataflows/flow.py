@@ -410,8 +410,11 @@ def from_env() -> Dataflow:
     ``TRAINGUARD_CONFIG`` (YAML), ``TRAINGUARD_BROKERS`` (comma-separated) and
     ``TRAINGUARD_OUT`` (archive directory) are read.
     """
-    from trainguard.dataflows.pipeline import live_flow
+    import gc
 
+    from trainguard.dataflows.pipeline import ENGINE_GC_THRESHOLD, live_flow
+
+    gc.set_threshold(*ENGINE_GC_THRESHOLD)  # this process runs the engine and nothing else
     settings = load_settings(os.environ.get("TRAINGUARD_CONFIG"))
     if os.environ.get("TRAINGUARD_BROKERS"):
         settings.kafka.brokers = os.environ["TRAINGUARD_BROKERS"].split(",")

@@ -952,14 +952,17 @@ CATALOGUE: tuple[Signature, ...] = (
         # The loss's own value: the gap may not run into the next metric (``grad_norm 1.03 (nan)`` is an
         # AMP running average that a skipped step made NaN, not the loss).
         # (Not a best/min/previous loss initialised to inf, nor early stopping's "(inf --> 0.68)".)
-        r"(?i:(?<!best )(?<!min )(?<!prev )\bloss(?:(?!grad|norm\b)[^|]){0,40}?\b(?:nan|inf)\b(?! -->)|"
-        r"grad[ _]norm\W{0,3}(?:nan|inf)\b|"
-        r"(?<!best )(?<!min )(?<!prev )\b(?!(?:best|min|prev|lowest)_)\w*loss"
+        # Each alternative starts with its word (the look-behinds follow it), so a search skips to the
+        # word instead of trying every position: Megatron prints "lm loss" and "nan" on every step.
+        r"(?i:loss(?<!\wloss)(?<!best loss)(?<!min loss)(?<!prev loss)(?:(?!grad|norm\b)[^|]){0,40}?"
+        r"\b(?:nan|inf)\b(?! -->))|"
+        r"(?i:grad[ _]norm\W{0,3}(?:nan|inf)\b)|"
+        r"(?i:\b(?=\w*loss\W)(?<!best )(?<!min )(?<!prev )(?!(?:best|min|prev|lowest)_)\w*loss"
         r"(?:\W{1,3}|[:=]?\s{1,12})(?:nan|inf)\b(?! -->))|"
         r"Model diverged with loss = NaN|NanLossDuringTrainingError|(?i:loss is (?:nan|inf))|"
         r"Loss became infinite or NaN|(?i:non-finite (?:loss|grad))|is non-finite|Inf/NaN|NaN/Inf|"
         r"found NaN in|returned nan values in its \d+\w\w output|"
-        r"(?i:\b(?:outputs?|logits|predictions?) (?:is|are|became) nan\b)|"
+        r"(?i:(?:output(?<!\woutput)s?|logit(?<!\wlogit)s|prediction(?<!\wprediction)s?) (?:is|are|became) nan\b)|"
         r"[Ll]oss scale already at minimum|Minimum loss scale reached|Training has diverged|"
         r"(?i:detected (?:nan|inf)\b)|(?i:nan or inf found)",
         "nan_loss",

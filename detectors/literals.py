@@ -103,3 +103,47 @@ def _piece(op: Any, av: Any, ignore_case: bool) -> Requirement:
 def _selectivity(strings: frozenset[Literal]) -> tuple[int, int]:
     """Fewer alternatives, then longer shortest string: the rarer requirement."""
     return (-len(strings), min(len(text) for text, _ in strings))
+
+
+def alternatives(pattern: str) -> list[str]:
+    """``pattern``'s top-level alternatives, each a pattern of its own: a line matches ``pattern`` exactly
+    when it matches one of them. Searched one by one, each behind its own strings, a pattern that is mostly
+    rare phrases does not cost a scan of every line that holds one common word. A pattern whose pieces
+    cannot stand alone (global inline flags, group references, conditionals) is one alternative.
+
+    >>> alternatives(r"CUDA error: (?P<what>[^|]+)|(?i:out of memory)|\\|x[|]y")
+    ['CUDA error: (?P<what>[^|]+)', '(?i:out of memory)', '\\\\|x[|]y']
+    >>> alternatives(r"(?i)nan|inf"), alternatives(r"(?P<a>x)|(?P=a)y")
+    (['(?i)nan|inf'], ['(?P<a>x)|(?P=a)y'])
+    """
+    pieces: list[str] = []
+    depth, start, i, in_class = 0, 0, 0, False
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+            # A ``]`` first in a class (after an optional ``^``) is a literal, not its end.
+            i += 2 if pattern[i + 1 : i + 2] == "]" else 3 if pattern[i + 1 : i + 3] == "^]" else 1
+            continue
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "|" and depth == 0:
+            pieces.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    pieces.append(pattern[start:])
+    if len(pieces) == 1 or re.search(r"^\(\?[aiLmsux]+\)|\(\?P=|\(\?\(|\\[1-9]", pattern):
+        return [pattern]
+    try:
+        for piece in pieces:
+            re.compile(piece)
+    except re.error:
+        return [pattern]
+    return pieces

@@ -39,7 +39,7 @@ from trainguard.detectors.catalogue import (
     XID,
     Signature,
 )
-from trainguard.detectors.literals import required_literals
+from trainguard.detectors.literals import alternatives, required_literals
 from trainguard.detectors.settings import SiteSignature
 from trainguard.detectors.xid import xid_info
 
@@ -179,19 +179,32 @@ def use_site_signatures(signatures: Iterable[SiteSignature]) -> None:
 class _Plan:
     """Which patterns of a tuple of signatures are worth searching in a line.
 
-    Each pattern's required strings (:func:`~trainguard.detectors.literals.required_literals`)
-    go into one Aho-Corasick automaton (one for case-insensitive patterns, over the
-    lower-cased line); a line is searched only with the patterns one of whose strings it
-    contains, in the signatures' order, so the first match is the same as searching them all.
+    Each pattern is cut into its top-level alternatives (:func:`~trainguard.detectors.literals.alternatives`)
+    and each alternative's required strings (:func:`~trainguard.detectors.literals.required_literals`) go into
+    one Aho-Corasick automaton (one for case-insensitive strings, over the lower-cased line). A line is
+    searched only with the alternatives one of whose strings it holds, signature by signature in order; the
+    first signature one of whose alternatives matches is searched whole, for its fields — the same first
+    match as searching every pattern.
     """
 
     def __init__(self, signatures: tuple[Signature, ...]) -> None:
         self.signatures = signatures
         words: dict[tuple[str, bool], int] = {}
-        self.needs: list[frozenset[int] | None] = []
-        for sig in signatures:
-            found = required_literals(sig.pattern)
-            self.needs.append(None if found is None else frozenset(words.setdefault(w, len(words)) for w in found))
+        # Every alternative of every signature, in order: (its signature's index, its regex).
+        self.branches: list[tuple[int, re.Pattern[str]]] = []
+        self.always: list[int] = []  # alternatives bounded by no string: always searched
+        by_word: dict[int, set[int]] = {}
+        for index, sig in enumerate(signatures):
+            pieces = alternatives(sig.pattern)
+            for piece in pieces:
+                branch = len(self.branches)
+                self.branches.append((index, sig.regex if len(pieces) == 1 else re.compile(piece)))
+                found = required_literals(piece)
+                if found is None:
+                    self.always.append(branch)
+                for word in found or ():
+                    by_word.setdefault(words.setdefault(word, len(words)), set()).add(branch)
+        self.by_word = {word: frozenset(branches) for word, branches in by_word.items()}
         exact = [(w, i) for (w, folded), i in words.items() if not folded]
         folded = [(w, i) for (w, is_folded), i in words.items() if is_folded]
         self._exact_ids = [i for _, i in exact]
@@ -214,6 +227,18 @@ class _Plan:
             else:
                 found.update(self._folded_ids)
         return found
+
+    def candidates(self, line: str) -> list[tuple[int, re.Pattern[str]]]:
+        """The alternatives worth searching in ``line`` — those one of whose strings it holds, and those
+        bounded by none — as ``(signature index, regex)``, in the signatures' order."""
+        by_word = self.by_word
+        found = set(self.always)
+        for word in self.present(line):
+            branches = by_word.get(word)
+            if branches is not None:
+                found |= branches
+        branches = self.branches
+        return [branches[i] for i in sorted(found)]
 
 
 _PLANS: dict[int, _Plan] = {}
@@ -240,16 +265,21 @@ def match_line(line: str) -> SignatureMatch | None:
 
 def _search(signatures: tuple[Signature, ...], line: str) -> SignatureMatch | None:
     """The first of ``signatures`` that matches ``line``, with the fields it and the line carry."""
-    plan = _plan(signatures)
-    present = plan.present(line)
-    for sig, need in zip(signatures, plan.needs, strict=True):
-        if need is not None and need.isdisjoint(present):
-            continue  # none of the strings every match contains is in the line
-        if sig.anchors and not any(word in line for word in sig.anchors):
+    skipped = -1  # a signature whose anchors are not in the line
+    for index, branch in _plan(signatures).candidates(line):
+        if index == skipped:
             continue
-        m = sig.regex.search(line)
+        sig = signatures[index]
+        if sig.anchors and not any(word in line for word in sig.anchors):
+            skipped = index
+            continue
+        m = branch.search(line)
         if m is None:
             continue
+        if branch is not sig.regex:  # one alternative matched: the whole pattern's match gives the fields
+            m = sig.regex.search(line)
+            if m is None:  # (cannot be)
+                continue
         fields = {k: v for k, v in m.groupdict().items() if v is not None}
         if sig.extract_regex is not None:
             extra = sig.extract_regex.search(line)

@@ -28,8 +28,8 @@ import pyarrow.parquet as pq
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 
 from trainguard.dataflows.records import RawRecord, Routed
-from trainguard.dataflows.replay_columns import GpuBlock, jsonl_blocks, parquet_blocks
-from trainguard.detectors.events import TOPICS, DeadLetter, GpuSample, decode, parse_ts
+from trainguard.dataflows.replay_columns import GpuBlock, jsonl_blocks, line_blocks, parquet_blocks
+from trainguard.detectors.events import TOPICS, DeadLetter, GpuSample, decode, decode_block, parse_ts
 from trainguard.detectors.frames import GpuFrame, same_sweep
 
 REPLAY_CLOCK = "replay/0"
@@ -116,6 +116,7 @@ def _sort_ts(payload: bytes) -> float | None:
 
 
 _CHUNK = 4096  # records per read-ahead chunk of one topic
+_RECORD_BLOCK_BYTES = 1 << 20  # JSON Lines of other topics than gpu decoded this much at a time
 _ORDER = itemgetter(0, 1, 2)  # (sort key, topic index, offset): unique, so items are never compared
 _KEY = itemgetter(0)
 
@@ -163,26 +164,44 @@ class _Placer:
     def add_frames(self, block: GpuBlock, first_offset: int) -> bool:
         """A block of checked GPU rows, as frames — if every row keeps its own timestamp as its key
         (no jump); otherwise nothing is placed and ``False`` says to place the block record by record."""
-        ts = block.ts
+        keys = self._keys(block.ts)
+        if keys is None:
+            return False
+        starts, frames, offsets = block.frames(keys, range(first_offset, first_offset + len(block)))
+        order = self.order
+        self.chunk += [(k, order, o, f, None) for k, f, o in zip(starts, frames, offsets, strict=True)]
+        return True
+
+    def add_records(self, events: list[Any], payloads: list[bytes], first_offset: int) -> bool:
+        """Decoded records of a block, like :meth:`add_frames`: placed at once if no timestamp jumps."""
+        keys = self._keys(np.fromiter((e.ts for e in events), dtype=np.float64, count=len(events)))
+        if keys is None:
+            return False
+        order = self.order
+        offsets = range(first_offset, first_offset + len(events))
+        self.chunk += [(k, order, o, e, p) for k, o, e, p in zip(keys.tolist(), offsets, events, payloads, strict=True)]
+        return True
+
+    def _keys(self, ts: np.ndarray) -> np.ndarray | None:
+        """The sort keys of a block's timestamps (their running maximum), or ``None`` where one jumps."""
         if self.waiting is not None:
+            if len(self.sample) + len(ts) < _ANCHOR_SAMPLE:
+                return None  # too few timestamps yet to tell where the file starts: one by one, as they wait
             self.sample += ts[: _ANCHOR_SAMPLE - len(self.sample)].tolist()
             self.settle()
         last = self.key
         if last is None:
             if self.anchor is None or abs(ts[0] - self.anchor) > _MAX_JUMP_S:
-                return False
+                return None
             keys = np.maximum.accumulate(ts)
         else:
             keys = np.maximum.accumulate(np.concatenate(([last], ts)))[1:]
         before = np.concatenate(([ts[0] if last is None else last], keys[:-1]))
         rises = ts > before
         if (ts[rises] - before[rises] > _MAX_JUMP_S).any():
-            return False
+            return None
         self.key = float(keys[-1])
-        starts, frames, offsets = block.frames(keys, range(first_offset, first_offset + len(block)))
-        order = self.order
-        self.chunk += [(k, order, o, f, None) for k, f, o in zip(starts, frames, offsets, strict=True)]
-        return True
+        return keys
 
     def settle(self) -> None:
         """The anchor is known (or no more records will come to find it): place the waiting records."""
@@ -218,11 +237,11 @@ def _topic_chunks(
     """
     placer = _Placer(TOPICS.index(topic))
     offset = 0
-    frames = decoded and topic == "gpu"
+    frames = decoded and topic == "gpu"  # GPU samples go on as frames
     for path in files:
-        for block, raw in _blocks(path, frames):
-            if block is not None and placer.add_frames(block, offset):
-                offset += len(block)
+        for block, raw in _blocks(path, topic if decoded else None):
+            if _placed(placer, block, raw, offset):
+                offset += len(block)  # type: ignore[arg-type]
             else:
                 for payload in _payloads(raw):
                     item: Any = None
@@ -240,13 +259,28 @@ def _topic_chunks(
         yield _sweeps(placer.take()) if frames else placer.take()
 
 
-def _blocks(path: Path, columns: bool) -> Iterator[tuple[GpuBlock | None, Any]]:
-    """A file's records a block at a time: ``(checked columns or None, what to read records from)``."""
-    if columns:
+def _placed(placer: _Placer, block: GpuBlock | list[Any] | None, raw: Any, offset: int) -> bool:
+    """Whether a block decoded at once is placed as it is (else it is read record by record)."""
+    if type(block) is GpuBlock:
+        return placer.add_frames(block, offset)
+    return type(block) is list and placer.add_records(block, raw.split(b"\n")[:-1], offset)
+
+
+def _blocks(path: Path, decoded: str | None) -> Iterator[tuple[GpuBlock | list[Any] | None, Any]]:
+    """A file's records a block at a time: ``(what was decoded at once, or None; what to read records from)``.
+
+    ``decoded``: the topic, whose records are to be decoded — a ``gpu`` file's blocks as checked
+    columns, a JSON Lines file's blocks of other topics in one call to the decoder
+    (:func:`~trainguard.detectors.events.decode_block`).
+    """
+    if decoded == "gpu":
         yield from parquet_blocks(path) if path.suffix == ".parquet" else jsonl_blocks(path)
     elif path.suffix == ".parquet":
         for batch in pq.ParquetFile(path).iter_batches(batch_size=10_000):
             yield None, batch.to_pylist()
+    elif decoded is not None:
+        for block in line_blocks(path, _RECORD_BLOCK_BYTES):
+            yield decode_block(decoded, block), block
     else:
         with path.open("rb") as fh:
             while lines := fh.readlines(1 << 20):

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from trainguard.detectors.events import MAX_RECORD_BYTES, MAX_TS, MIN_TS
@@ -67,6 +68,7 @@ class GpuBlock:
     values: np.ndarray  # (field, row), NaN = null
     uuid: list[str | None] | None
     pci_bus_id: list[str | None] | None
+    node_codes: np.ndarray | None = None  # one integer per node name, where the reader had them
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -75,14 +77,7 @@ class GpuBlock:
         """The block cut into frames — runs of one node and timestamp, each GPU once — with each frame's
         sort key and offset (its first row's)."""
         ts, node, gpu = self.ts, self.node, self.gpu
-        starts = [0]
-        run_gpus = {gpu[0]}
-        for i in range(1, len(ts)):
-            first = starts[-1]
-            if not same_sweep(ts[i], node[i], gpu[i], ts[first], node[first], run_gpus):
-                starts.append(i)
-                run_gpus = set()
-            run_gpus.add(gpu[i])
+        starts = self._starts()
         rare = np.logical_or.reduceat(rare_rows(self.values), starts).tolist()
         ends = [*starts[1:], len(ts)]
         values, uuid, pci = self.values, self.uuid, self.pci_bus_id
@@ -100,6 +95,30 @@ class GpuBlock:
             for a, b, r in zip(starts, ends, rare, strict=True)
         ]
         return keys[starts].tolist(), frames, [offsets[a] for a in starts]
+
+    def _starts(self) -> list[int]:
+        """Where each frame begins: a new node or timestamp, as columns; where a run holds a GPU twice, the
+        rule of :func:`~trainguard.detectors.frames.same_sweep` row by row."""
+        ts, gpu = self.ts, np.asarray(self.gpu)
+        codes = self.node_codes if self.node_codes is not None else np.unique(self.node, return_inverse=True)[1]
+        new = np.empty(len(ts), dtype=bool)
+        new[0] = True
+        np.not_equal(ts[1:], ts[:-1], out=new[1:])
+        new[1:] |= codes[1:] != codes[:-1]
+        run = np.cumsum(new)
+        order = np.lexsort((gpu, run))
+        if not ((run[order][1:] == run[order][:-1]) & (gpu[order][1:] == gpu[order][:-1])).any():
+            return np.flatnonzero(new).tolist()
+        node, gpus = self.node, self.gpu
+        starts = [0]
+        run_gpus = {gpus[0]}
+        for i in range(1, len(ts)):
+            first = starts[-1]
+            if not same_sweep(ts[i], node[i], gpus[i], ts[first], node[first], run_gpus):
+                starts.append(i)
+                run_gpus = set()
+            run_gpus.add(gpus[i])
+        return starts
 
 
 def _checked(table: pa.Table) -> GpuBlock | None:
@@ -126,7 +145,11 @@ def _checked(table: pa.Table) -> GpuBlock | None:
         name: table[name].to_pylist() if name in names and table[name].null_count < table.num_rows else None
         for name in ("uuid", "pci_bus_id")
     }
-    return GpuBlock(ts, table["node"].to_pylist(), table["gpu"].to_pylist(), values, text["uuid"], text["pci_bus_id"])
+    nodes = pc.dictionary_encode(table["node"].combine_chunks())
+    names = nodes.dictionary.to_pylist()
+    codes = nodes.indices.to_numpy()
+    node = [names[c] for c in codes.tolist()]
+    return GpuBlock(ts, node, table["gpu"].to_pylist(), values, text["uuid"], text["pci_bus_id"], codes)
 
 
 def _text(kind: pa.DataType) -> bool:
@@ -140,10 +163,16 @@ def _numeric(name: str, kind: pa.DataType) -> bool:
 
 def jsonl_blocks(path: Path) -> Iterator[tuple[GpuBlock | None, bytes]]:
     """``(columns or None, the block's bytes)`` for each block of whole lines of a JSON Lines file."""
+    for block in line_blocks(path, _BLOCK_BYTES):
+        yield _parse_lines(block), block
+
+
+def line_blocks(path: Path, size: int) -> Iterator[bytes]:
+    """A file's bytes about ``size`` at a time, cut after a newline (the last block gets one if it lacks it)."""
     with path.open("rb") as fh:
         tail = b""
         while True:
-            data = fh.read(_BLOCK_BYTES)
+            data = fh.read(size)
             if not data:
                 break
             data = tail + data
@@ -152,9 +181,9 @@ def jsonl_blocks(path: Path) -> Iterator[tuple[GpuBlock | None, bytes]]:
                 tail = data
                 continue
             block, tail = data[:cut], data[cut:]
-            yield _parse_lines(block), block
+            yield block
         if tail:
-            yield _parse_lines(tail + b"\n"), tail + b"\n"
+            yield tail + b"\n"
 
 
 def _parse_lines(block: bytes) -> GpuBlock | None:

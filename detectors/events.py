@@ -318,27 +318,54 @@ def decode(topic: str, payload: bytes | str | None, partition: int = 0, offset: 
                 event = decoder.decode(raw)
             except msgspec.DecodeError:
                 event = _lenient(topic, raw)
-            ts = event.ts
-            if type(ts) is not float:
-                ts = parse_ts(ts)
-            elif ts != ts or ts in (math.inf, -math.inf):
-                raise ValueError("`ts` is not a finite number")
-            event.ts = ts
+            reason = _settled(event)
         except (msgspec.DecodeError, ValueError, OverflowError) as exc:
             reason = "empty record" if not raw or raw.isspace() else str(exc)
-        else:
-            if not MIN_TS <= ts <= MAX_TS:
-                reason = f"`ts` {ts!r} is outside 2000..2100; is it in milliseconds?"
-            else:
-                if type(event) is LogRecord and (line := event.line) and (line[0] == "{" or "\x1b" in line):
-                    # Unwrapped first: JSON escapes the colour codes the wrapped line carries.
-                    line = unwrap_transport(line)
-                    event.line = strip_ansi(line) if "\x1b" in line else line
-                job_id = getattr(event, "job_id", None)
-                if job_id is not None and type(job_id) is not str:
-                    event.job_id = str(job_id)
-                return event
+        if reason is None:
+            return event
     return DeadLetter(topic=topic, partition=partition, offset=offset, reason=reason, payload=raw)
+
+
+def _settled(event: Any) -> str | None:
+    """A decoded record made ready for the flow (its ``ts`` as epoch seconds, a transport's wrapping and
+    colour codes off a log line, a numeric job id as text); or why it is refused. Raises ``ValueError``
+    for a timestamp that is not one."""
+    ts = event.ts
+    if type(ts) is not float:
+        ts = parse_ts(ts)
+    elif ts != ts or ts in (math.inf, -math.inf):
+        raise ValueError("`ts` is not a finite number")
+    event.ts = ts
+    if not MIN_TS <= ts <= MAX_TS:
+        return f"`ts` {ts!r} is outside 2000..2100; is it in milliseconds?"
+    if type(event) is LogRecord and (line := event.line) and (line[0] == "{" or "\x1b" in line):
+        # Unwrapped first: JSON escapes the colour codes the wrapped line carries.
+        line = unwrap_transport(line)
+        event.line = strip_ansi(line) if "\x1b" in line else line
+    job_id = getattr(event, "job_id", None)
+    if job_id is not None and type(job_id) is not str:
+        event.job_id = str(job_id)
+    return None
+
+
+def decode_block(topic: str, block: bytes) -> list[Event] | None:
+    """Every line of ``block`` (whole lines, each ending in a newline) decoded at once — exactly what
+    :func:`decode` gives each line — or ``None`` when some line needs reading on its own (a blank or
+    over-long line, a sweep, a record the strict decoder refuses or the flow would refuse)."""
+    decoder = _DECODERS.get(topic)
+    if decoder is None or b"\r" in block or b"\n\n" in block or block[:1] == b"\n":
+        return None
+    if topic == "gpu" and b'"gpus"' in block:
+        return None
+    if len(block) > MAX_RECORD_BYTES and max(map(len, block.split(b"\n"))) > MAX_RECORD_BYTES:
+        return None
+    try:
+        events = decoder.decode_lines(block)
+        if len(events) != block.count(b"\n") or any(_settled(event) is not None for event in events):
+            return None
+    except (msgspec.DecodeError, ValueError, OverflowError):
+        return None
+    return events
 
 
 def _sweep(raw: bytes, partition: int, offset: int) -> Any:

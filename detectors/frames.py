@@ -92,6 +92,11 @@ def rare_rows(values: np.ndarray) -> np.ndarray:
     )
 
 
+# A node sends the same GPUs frame after frame: their keys are made once (and shared, never mutated).
+_KEYS: dict[tuple[str, tuple[int, ...]], tuple[tuple[str, int], ...]] = {}
+_KEYS_KEPT = 200_000
+
+
 class GpuFrame:
     """One node's GPU samples at ``ts``: ``gpus`` (indexes), ``values`` (``len(FIELDS)`` × GPUs, NaN = null).
 
@@ -122,7 +127,12 @@ class GpuFrame:
         self.job_id = job_id
         self.rare = bool(rare_rows(values).any()) if rare is None else rare
         # ``(node, gpu)`` of each column: the key per-GPU state is kept under (read several times a frame).
-        self.keys = tuple([(node, g) for g in gpus])
+        keys = _KEYS.get((node, gpus))
+        if keys is None:
+            if len(_KEYS) >= _KEYS_KEPT:
+                _KEYS.clear()
+            keys = _KEYS[node, gpus] = tuple([(node, g) for g in gpus])
+        self.keys = keys
 
     def __len__(self) -> int:
         return len(self.gpus)

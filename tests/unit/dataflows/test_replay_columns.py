@@ -110,3 +110,57 @@ def test_parquet_batches_read_as_columns_match_json_lines(tmp_path: Path):
 
 def test_block_size_is_sane():
     assert _BLOCK_BYTES >= 1 << 20
+
+
+def _progress_lines(rng: random.Random, n: int) -> list[bytes]:
+    lines = []
+    for i in range(n):
+        record = {"ts": T0 + i * 0.1, "job_id": rng.choice(("7", 7, "8")), "node": "n1", "rank": i % 4, "step": i // 4}
+        if rng.random() < 0.01:
+            record["step_time_s"] = rng.choice((1.5, "1.5", True, "NaN", None))  # some need the lenient rules
+        lines.append(json.dumps(record).encode())
+    return lines
+
+
+def test_other_topics_decoded_a_block_at_a_time_give_what_each_line_gives(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr("trainguard.dataflows.replay.decode_block", _counting(replay.decode_block))
+    monkeypatch.setattr("trainguard.dataflows.replay._RECORD_BLOCK_BYTES", 4096)  # many blocks, some odd
+    rng = random.Random(5)
+    lines = _progress_lines(rng, 3000)
+    lines[1700] = b'{"ts": "yesterday", "job_id": "7", "node": "n1", "rank": 0, "step": 1}'  # refused
+    lines[2500] = b"   "  # blank: not a record
+    (tmp_path / "progress.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    got = [
+        ("dead", item.offset, item.reason) if type(item) is DeadLetter else (item.order[2], item.event, item.payload)
+        for _, item in replay.merged_events(tmp_path)
+    ]
+    expected = []
+    for offset, line in enumerate(line for line in lines if line.strip()):
+        event = decode("progress", line, 0, offset)
+        expected.append(("dead", offset, event.reason) if type(event) is DeadLetter else (offset, event, line))
+    assert got == expected
+    assert 0 < _counting.placed < _counting.blocks  # some blocks decoded at once, some line by line
+
+
+def _counting(decode_block):
+    def wrapped(topic: str, block: bytes):
+        events = decode_block(topic, block)
+        _counting.placed += events is not None
+        _counting.blocks += 1
+        return events
+
+    _counting.placed = _counting.blocks = 0
+    return wrapped
+
+
+def test_decode_block_refuses_what_must_be_read_line_by_line():
+    from trainguard.detectors.events import decode_block
+
+    good = b'{"ts": 1796119200.5, "job_id": 7, "node": "n1", "rank": 0, "step": 3}\n'
+    events = decode_block("progress", good * 3)
+    assert events is not None and [e.job_id for e in events] == ["7"] * 3  # settled as decode() settles them
+    assert decode_block("progress", good + b"\n" + good) is None  # a blank line
+    assert decode_block("progress", good.replace(b"\n", b"\r\n")) is None
+    assert decode_block("progress", good.replace(b"1796119200.5", b"1796119200500")) is None  # ms: refused
+    assert decode_block("progress", good.replace(b"3}", b'"3"}')) is None  # the lenient rules' business
+    assert decode_block("logs", b'{"ts": "2026-12-01T10:00:00Z", "node": "n1", "line": "x"}\n') is not None

@@ -86,8 +86,8 @@ def rare_rows(values: np.ndarray) -> np.ndarray:
     throttle = np.nan_to_num(values[_THROTTLE], nan=0.0).astype(np.int64)
     return (
         ~np.isnan(values[_XID])
-        | (np.nan_to_num(values[_PENDING]) > 0)
-        | (np.nan_to_num(values[_FAILED]) > 0)
+        | (values[_PENDING] > 0)  # (NaN compares false)
+        | (values[_FAILED] > 0)
         | ((throttle & SLOWDOWN_REASONS) != 0)
     )
 

@@ -24,11 +24,13 @@ makes steps, so no absolute wattage is assumed (an H100 and an A10 differ by 5×
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from statistics import median
+from typing import Any
 
 from trainguard.detectors.events import GpuSample
-from trainguard.detectors.frames import POWER, UTIL, GpuFrame, as_frame, nulls
+from trainguard.detectors.frames import POWER, UTIL, GpuFrame, as_frame
 
 GpuKey = tuple[str, int]
 
@@ -56,26 +58,33 @@ class GpuActivity:
 
     def __init__(self, keep: int = 8) -> None:
         self.keep = keep
-        self._recent: dict[GpuKey, list[tuple[float, float | None, float | None]]] = {}
+        # Each GPU's last ``keep`` samples as (ts, util, power); NaN (or, in older snapshots, None): not reported.
+        self._recent: dict[GpuKey, deque[tuple[float, float | None, float | None]]] = {}
         self._train_power: dict[GpuKey, float] = {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Snapshots written before the windows were deques kept them as lists.
+        state["_recent"] = {k: deque(v, maxlen=state["keep"]) for k, v in state["_recent"].items()}
+        self.__dict__.update(state)
 
     def observe(self, sample: GpuSample | GpuFrame, stepping: bool) -> None:
         """A sample or a node's frame; ``stepping``: the job was making steps when it was taken (it teaches
         the power level)."""
         frame = as_frame(sample)
         ts = frame.ts
-        utils, powers = (nulls(row) for row in frame.values[_UTIL_POWER].tolist())
-        recents, keep, levels = self._recent, self.keep, self._train_power
+        utils, powers = frame.values[_UTIL_POWER].tolist()
+        recents = self._recent
         for key, util, power in zip(frame.keys, utils, powers, strict=True):
             recent = recents.get(key)
             if recent is None:
-                recent = recents[key] = []
+                recent = recents[key] = deque(maxlen=self.keep)
             recent.append((ts, util, power))
-            if len(recent) > keep:
-                del recent[0]
-            if stepping and power is not None and (util or 0.0) >= BUSY_UTIL:
-                level = levels.get(key)
-                levels[key] = power if level is None else level + TRAIN_EWM * (power - level)
+        if stepping:
+            levels = self._train_power
+            for key, util, power in zip(frame.keys, utils, powers, strict=True):
+                if power == power and util >= BUSY_UTIL:  # (NaN compares false: not reported)
+                    level = levels.get(key)
+                    levels[key] = power if level is None else level + TRAIN_EWM * (power - level)
 
     def forget(self) -> None:
         """The job restarted: recent samples no longer describe it (the learned levels still do)."""
@@ -90,11 +99,11 @@ class GpuActivity:
         if not per_gpu:
             return Verdict("unknown", 0)
         rounds = min(len(v) for v in per_gpu.values())
-        util = {k: median(u for _, u, _ in v if u is not None) for k, v in per_gpu.items() if _has(v, 1)}
+        util = {k: median(u for _, u, _ in v if _known(u)) for k, v in per_gpu.items() if _has(v, 1)}
         if not util:
             return Verdict("unknown", rounds)
         share = {
-            k: median(p for _, _, p in v if p is not None) / self._train_power[k]
+            k: median(p for _, _, p in v if _known(p)) / self._train_power[k]
             for k, v in per_gpu.items()
             if _has(v, 2) and self._train_power.get(k)
         }
@@ -117,4 +126,8 @@ class GpuActivity:
 
 
 def _has(samples: list[tuple[float, float | None, float | None]], index: int) -> bool:
-    return any(s[index] is not None for s in samples)
+    return any(_known(s[index]) for s in samples)
+
+
+def _known(value: float | None) -> bool:
+    return value is not None and value == value

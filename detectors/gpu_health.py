@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable
 
 import msgspec
+import numpy as np
 
 from trainguard.detectors.drift import DriftDetector
 from trainguard.detectors.events import Event, GpuSample
@@ -72,6 +73,12 @@ _QUIET, _DRIFT, _JUDGE = range(3)  # what a GPU's sample needs (see GpuHealth._n
 _TEMP_POWER = [COLUMN["temp_c"], COLUMN["power_w"]]
 
 
+def _moved(before: GpuFrame, frame: GpuFrame) -> list[bool]:
+    """Per GPU of two frames of the same GPUs: whether any counter differs, bit for bit."""
+    then, now = before.values[:COUNTERS], frame.values[:COUNTERS]
+    return (then.view(np.int64) != now.view(np.int64)).any(axis=0).tolist()
+
+
 class GpuHealth:
     """Counter, event and throttle rules over the samples of any number of GPUs."""
 
@@ -118,12 +125,20 @@ class GpuHealth:
                 if key[1] not in frame.gpus:
                     self._last[key] = (before, i)
         rare = rare_rows(frame.values).tolist() if frame.rare else None  # which GPUs carry the news
+        # Which GPUs' counters moved since the node's last frame, when it had the same GPUs (bit for bit,
+        # as the bytes compared above): the others need judging only if rare or being counted as throttled.
+        moved = _moved(before, frame) if before is not None and before.gpus == frame.gpus else None
         for i, key in enumerate(frame.keys):
             if before is not None and key[1] in before.gpus:
-                last: tuple[GpuFrame, int] | None = (before, before.gpus.index(key[1]))
+                last: tuple[GpuFrame, int] | None = (before, before.gpus.index(key[1]) if moved is None else i)
             else:
                 last = self._last.pop(key, None)
-            need = _JUDGE if last is None or (rare and rare[i]) else self._need(frame, i, last, key)
+            if last is None or (rare and rare[i]) or (moved is not None and (moved[i] or key in self._throttled)):
+                need = _JUDGE
+            elif moved is not None:
+                need = self._idle_need(frame, i)
+            else:
+                need = self._need(frame, i, last, key)
             if need == _DRIFT:
                 temp, power = nulls(frame.values[_TEMP_POWER, i].tolist())
                 found += self._drift_of_idle(key, temp, power, lambda i=i: frame.sample(i))  # type: ignore[misc]
@@ -137,6 +152,9 @@ class GpuHealth:
         before, j = last
         if key in self._throttled or before.values[:COUNTERS, j].tobytes() != frame.values[:COUNTERS, i].tobytes():
             return _JUDGE
+        return self._idle_need(frame, i)
+
+    def _idle_need(self, frame: GpuFrame, i: int) -> int:
         return _DRIFT if self.idle_drift and frame.values[UTIL, i] < self.settings.drift_idle_util_pct else _QUIET
 
     def _any_idle(self, frame: GpuFrame) -> bool:

@@ -104,6 +104,7 @@ class HangDetector:
         self.busy_grace_s = busy_grace_s
         self.confirm_s = confirm_s
         self._intervals: deque[float] = deque(maxlen=window)
+        self._interval: float | None = None  # the intervals' 90th percentile, kept as they change
         self._deltas: deque[int] = deque(maxlen=window)
         self._step = -1
         self._steps_seen = 0
@@ -127,6 +128,8 @@ class HangDetector:
         for name, value in defaults.items():
             state.setdefault(name, value)
         state.setdefault("_deltas", deque(maxlen=50))
+        intervals: deque[float] = state["_intervals"]  # type: ignore[assignment]
+        state.setdefault("_interval", _quantile(list(intervals), 0.9) if intervals else None)
         self.__dict__.update(state)
 
     # -- inputs ---------------------------------------------------------------
@@ -146,6 +149,7 @@ class HangDetector:
             interval = self.interval()
             if self._pause_since is None and (interval is None or gap < max(4 * interval, 20.0)):
                 self._intervals.append(per_step)
+                self._interval = _quantile(list(self._intervals), 0.9)  # read on every GPU frame: kept, not sorted then
             elif self._step > 0:
                 self._pause_steps.append(self._step)  # a long pause after this step, and the job went on
         if self._step >= 0:
@@ -227,7 +231,8 @@ class HangDetector:
         return self._last_advance
 
     def interval(self) -> float | None:
-        return _quantile(list(self._intervals), 0.9) if self._intervals else None
+        """The 90th percentile of recent per-step intervals (``None`` before the first)."""
+        return self._interval
 
     def expected_pause(self) -> str | None:
         """Why a stall after the last step is a pause the job's rhythm predicts (``None``: it is not, or

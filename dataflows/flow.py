@@ -14,6 +14,7 @@ Build it with :func:`build_flow` and run it the Bytewax way
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import os
 import pickle
@@ -82,11 +83,24 @@ class RouterLogic(StatefulBatchLogic[Routed | DeadLetter, tuple[str, Any], bytes
         return self._placed(out), StatefulBatchLogic.RETAIN
 
     def _placed(self, out: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
-        """A shard's keys, renamed so Bytewax keeps them on this shard's worker (see ``placement``)."""
+        """Each key's items as one list, in their order — one item for Bytewax to route per key and release,
+        not one per event — with a shard's keys renamed so Bytewax keeps them on this shard's worker (see
+        ``placement``). Dead letters stay one by one."""
+        dead: list[tuple[str, Any]] = []
+        groups: dict[str, list[Any]] = {}
+        for key, item in out:
+            if key == DEAD:
+                dead.append((key, item))
+                continue
+            group = groups.get(key)
+            if group is None:
+                groups[key] = [item]
+            else:
+                group.append(item)
         shard, shards = self.router.shard, self.router.shards
         if shards == 1:
-            return out
-        return [kv if kv[0] == DEAD else (key_on_worker(kv[0], shard, shards), kv[1]) for kv in out]
+            return dead + list(groups.items())
+        return dead + [(key_on_worker(key, shard, shards), group) for key, group in groups.items()]
 
     def _observe(self, started: float, wall: float | None) -> None:
         metrics.STEP_SECONDS.labels("route").observe(time.perf_counter() - started)
@@ -127,17 +141,18 @@ class MonitorLogic(StatefulBatchLogic[Any, Anomaly, bytes]):
         finally:
             metrics.STEP_SECONDS.labels("detect").observe(time.perf_counter() - started)
 
-    def _on_batch(self, values: list[Any]) -> tuple[list[Anomaly], bool]:
+    def _on_batch(self, values: list[list[Any]]) -> tuple[list[Anomaly], bool]:
+        """``values``: lists of the key's events and ticks, in order (see ``RouterLogic._placed``)."""
         out: list[Anomaly] = []
-        for item in values:
-            if isinstance(item, Tick):
+        for item in itertools.chain.from_iterable(values):
+            if type(item) is Tick:
                 if self.monitor is None:
                     continue
                 out.extend(self.monitor.advance(item.watermark))
                 if item.final:
                     out.extend(self.monitor.end_of_input(item.watermark))
                 if self.monitor.finished(item.watermark):
-                    return out, StatefulBatchLogic.DISCARD
+                    self.monitor = None  # done with: a later event of this key starts afresh
                 continue
             if self.monitor is None:
                 self.monitor = _new_monitor(item, self.settings)

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from trainguard.detectors.events import MAX_RECORD_BYTES, MAX_TS, MIN_TS
+from trainguard.detectors.events import MAX_RECORD_BYTES, MAX_TS, MIN_TS, Event, decode_block
 from trainguard.detectors.frames import FIELDS, INTEGER_FIELDS, GpuFrame, rare_rows, same_sweep
 
 # polars' thread pool does not survive fork(): a forked process (a worker of ``replay --processes``)
@@ -161,10 +161,13 @@ def _numeric(name: str, kind: pa.DataType) -> bool:
     return pa.types.is_integer(kind) or (name not in INTEGER_FIELDS and name != "gpu" and pa.types.is_floating(kind))
 
 
-def jsonl_blocks(path: Path) -> Iterator[tuple[GpuBlock | None, bytes]]:
-    """``(columns or None, the block's bytes)`` for each block of whole lines of a JSON Lines file."""
+def jsonl_blocks(path: Path) -> Iterator[tuple[GpuBlock | list[Event] | None, bytes]]:
+    """``(columns, or the block's records decoded at once, or None; the block's bytes)`` for each block of
+    whole lines of a JSON Lines file. Records where the columns cannot vouch for the block (or polars may
+    not run, after a fork) but the decoder takes every line as it stands; ``None``: line by line."""
     for block in line_blocks(path, _BLOCK_BYTES):
-        yield _parse_lines(block), block
+        columns = _parse_lines(block)
+        yield (columns if columns is not None else decode_block("gpu", block)), block
 
 
 def line_blocks(path: Path, size: int) -> Iterator[bytes]:

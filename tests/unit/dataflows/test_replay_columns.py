@@ -80,20 +80,31 @@ def test_odd_records_are_read_as_the_decoder_reads_them(tmp_path: Path, monkeypa
     records = _records(60)
     lines = [json.dumps(r).encode() for r in records]
     lines[50] = lines[50].replace(b'"util_pct": ', b'"util_pct": "97.5", "x": ')  # a numeric string: coerced
-    lines[51] = json.dumps({**records[51], "throttle_reasons": ["hw_slowdown"]}).encode()
+    lines[151] = json.dumps({**records[151], "throttle_reasons": ["hw_slowdown"]}).encode()  # names: the decoder
     lines[300] = json.dumps({k: v for k, v in records[300].items() if k != "node"}).encode()  # dead letter
     lines[301] = lines[301].replace(b'"power_w": ', b'"power_w": NaN, "y": ')  # nulled
     lines[700] = json.dumps({**records[700], "ts": T0 + 10 * 500_000}).encode()  # far off: where it stands
     lines[900] = json.dumps({**records[900], "node": 7}).encode()  # not a name: refused
     lines[1000] = json.dumps({**records[1000], "gpu": 2.0}).encode()  # a float index: the decoder's call
     (tmp_path / "gpu.jsonl").write_bytes(b"\n".join(lines) + b"\n")
-    blocks = [block is not None for block, _ in jsonl_blocks(tmp_path / "gpu.jsonl")]
-    assert True in blocks and False in blocks  # both paths ran
+    kinds = {type(block).__name__ for block, _ in jsonl_blocks(tmp_path / "gpu.jsonl")}
+    assert kinds == {"GpuBlock", "list", "NoneType"}  # columns, a block decoded at once, line by line
     read = _as_records(tmp_path)
     one_by_one = _decoded_one_by_one(lines)
     # The far-off record keeps its place in the file (the router refuses it later); the rest in file order.
     assert sorted(read, key=lambda r: r[1] if r[0] == "dead" else r[0]) == one_by_one
     assert sum(r[0] == "dead" for r in read) == 2
+
+
+def test_after_a_fork_blocks_are_decoded_at_once_into_the_same_frames(tmp_path: Path, monkeypatch):
+    # polars may not run in a forked worker: the decoder reads each block in one call instead.
+    lines = [json.dumps(r).encode() for r in _records(40)]
+    (tmp_path / "gpu.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    columns = [(item.event.gpus, item.order) for _, item in replay.merged_events(tmp_path)]
+    monkeypatch.setattr("trainguard.dataflows.replay_columns._FORKED", True)
+    assert {type(block).__name__ for block, _ in jsonl_blocks(tmp_path / "gpu.jsonl")} == {"list"}
+    assert [(item.event.gpus, item.order) for _, item in replay.merged_events(tmp_path)] == columns
+    assert _as_records(tmp_path) == _decoded_one_by_one(lines)
 
 
 def test_parquet_batches_read_as_columns_match_json_lines(tmp_path: Path):

@@ -96,10 +96,17 @@ class ShardedReplaySource(DynamicSource[tuple[str, Routed | DeadLetter]]):
     """
 
     def __init__(self, directory: str | Path, speed: float | None = None, batch_size: int = 2000) -> None:
-        self.directory = replay_directory(directory, speed)
+        from trainguard.dataflows.replay_split import is_split
+
+        path = Path(directory)
+        # A directory split by shard (``trainguard split-replay``) holds no topic files of its own.
+        self.directory = path if is_split(path) else replay_directory(directory, speed)
         self.speed = speed
         self.batch_size = batch_size
 
     def build(self, step_id: str, worker_index: int, worker_count: int) -> _ShardPartition:
-        records = shard_events(self.directory, worker_index, worker_count)
+        from trainguard.dataflows.replay_split import shard_folder, split_events
+
+        folder = shard_folder(self.directory, worker_index, worker_count)
+        records = shard_events(self.directory, worker_index, worker_count) if folder is None else split_events(folder)
         return _ShardPartition(_Paced(records, self.speed, self.batch_size, None), worker_index, worker_count)

@@ -108,8 +108,12 @@ def replay_throughput(
     minutes: float = 30.0,
     repeat: int = 5,
     mix: str | None = None,
+    split: bool = False,
 ) -> None:
     """Replay the workload once per configuration per repeat, configurations taking turns; print the rates.
+
+    ``split``: runs of N ≥ 2 worker processes read the workload split by shard (``split-replay``, made once
+    before the rounds), so each worker reads its own share only.
 
     ``configs``: what :func:`parse_config` returns, e.g. ``[("t", 1), ("p", 2)]``. ``mix``: tilt the
     ``mix`` workload towards ``gpu``, ``progress`` or ``logs`` records (see ``generator.build_mix``).
@@ -121,7 +125,7 @@ def replay_throughput(
     from trainguard.dataflows.replay import ReplaySource, count_records, merged_events
     from trainguard.dataflows.replay_shards import ShardedReplaySource
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as split_root:
         directory = Path(tmp)
         if preset:
             write_scenario(preset, seed, directory)
@@ -138,6 +142,16 @@ def replay_throughput(
         read_rate = total / (time.perf_counter() - started)
         raw_rate = decode_rate(directory)
 
+        splits: dict[int, Path] = {}
+        for kind, n in configs:
+            if split and kind == "p" and n > 1 and n not in splits:
+                from trainguard.dataflows.replay_split import split_replay
+
+                started = time.perf_counter()
+                splits[n] = Path(split_root) / f"{n}-shards"
+                split_replay(directory, n, splits[n])
+                print(f"split into {n} shards once, in {time.perf_counter() - started:.2f}s")
+
         timings: dict[tuple[str, int], list[float]] = {c: [] for c in configs}
         most = max((n for kind, n in configs if kind == "p"), default=1)
         ceilings: list[float] = []
@@ -148,7 +162,8 @@ def replay_throughput(
                 outputs = Outputs(on_anomalies=anomalies.extend)
                 started = time.perf_counter()
                 if kind == "p":
-                    run_processes(lambda o: build_flow(ShardedReplaySource(directory), Settings(), o), n, outputs)
+                    source = ShardedReplaySource(splits.get(n, directory))
+                    run_processes(lambda o, source=source: build_flow(source, Settings(), o), n, outputs)
                 else:
                     settings = Settings()
                     settings.router.shards = n

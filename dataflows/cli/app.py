@@ -48,6 +48,7 @@ from trainguard.dataflows.archive import flush_open_archives
 from trainguard.dataflows.config import ConfigError
 from trainguard.dataflows.replay import ReplayError, ReplaySource, count_records
 from trainguard.dataflows.replay_shards import ShardedReplaySource
+from trainguard.dataflows.replay_split import is_split, shard_folder, split_records
 from trainguard.detectors.events import TOPICS, Anomaly, DeadLetter
 from trainguard.detectors.lenient import FIELD_WARNINGS
 from trainguard.detectors.lifecycle import is_false_alarm
@@ -225,8 +226,13 @@ def _replay(
     if out is not None:
         writable_dir(out)
     try:
-        source = ReplaySource(directory, speed=speed) if processes == 1 else ShardedReplaySource(directory, speed)
-        total = count_records(directory)
+        if is_split(directory):  # each worker process reads its own shard's file
+            shard_folder(directory, 0, processes)  # split into as many shards as there are processes
+            source: ReplaySource | ShardedReplaySource = ShardedReplaySource(directory, speed)
+            total = split_records(directory)
+        else:
+            source = ReplaySource(directory, speed=speed) if processes == 1 else ShardedReplaySource(directory, speed)
+            total = count_records(directory)
     except ReplayError as exc:
         raise fail(str(exc)) from None
     report = RunReport(echo=not quiet)
@@ -286,6 +292,30 @@ def replay(
         if not as_json:
             err_console.print(f"error: {sum(report.dead.values())} input records were dead-lettered (--strict).")
         raise typer.Exit(3)
+
+
+@app.command("split-replay")
+def split_replay_command(
+    directory: Annotated[Path, typer.Argument(help="Replay directory to split.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the shards.")],
+    shards: Annotated[int, typer.Option("--shards", "-n", help="Shards: the worker processes that will replay it.")],
+) -> None:
+    """Split a replay directory by router shard once, so that `replay OUT --processes N` has each worker
+    read its own share only (the same anomalies as replaying the original with one worker)."""
+    from trainguard.dataflows.replay_split import split_replay
+
+    writable_dir(out)
+    if is_split(out) or any(out.glob("*.jsonl")) or any(out.glob("*.parquet")):
+        raise fail(f"{out} already holds a replay: split into an empty directory.")
+    started = time.perf_counter()
+    try:
+        held = split_replay(directory, shards, out)
+    except ReplayError as exc:
+        raise fail(str(exc)) from None
+    shares = ", ".join(f"{n:,}" for n in held)
+    took = time.perf_counter() - started
+    console.print(f"split into {shards} shards in {took:.1f}s: {shares} records (job records go to every shard)")
+    console.print(f"replay it with: trainguard replay {out} --processes {shards}")
 
 
 @app.command()

@@ -32,6 +32,9 @@ def replay_cmd(
     mix: Annotated[
         str | None, typer.Option(help="Tilt the mix towards one kind of record: gpu, progress or logs.")
     ] = None,
+    split: Annotated[
+        bool, typer.Option(help="pN runs (N ≥ 2) read the workload split by shard, each worker its own share.")
+    ] = False,
 ) -> None:
     """Replay throughput of the real flow, configurations taking turns so they share the machine's moods."""
     from trainguard.benchmarks.bench import parse_config, replay_throughput
@@ -47,7 +50,9 @@ def replay_cmd(
         configs = [parse_config(text) for text in run or ["1"]]
     except ValueError as exc:
         raise fail(str(exc)) from None
-    replay_throughput(configs, preset=preset, seed=seed, jobs=jobs, minutes=minutes, repeat=repeat, mix=mix)
+    replay_throughput(
+        configs, preset=preset, seed=seed, jobs=jobs, minutes=minutes, repeat=repeat, mix=mix, split=split
+    )
 
 
 @bench_app.command("detectors")

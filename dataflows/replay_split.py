@@ -62,8 +62,8 @@ _FRAME = msgspec.msgpack.Decoder(_Frame)
 
 def split_replay(directory: Path, shards: int, out: Path) -> list[int]:
     """Write ``directory`` split into ``shards`` shards under ``out``; how many records each holds."""
-    if shards < 2:
-        raise ReplayError(f"--shards must be 2 or more, got {shards}.")
+    if shards < 1:
+        raise ReplayError(f"--shards must be 1 or more, got {shards}.")
     files = topic_files(directory)
     writers = []
     for shard in range(shards):

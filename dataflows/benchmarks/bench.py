@@ -112,8 +112,8 @@ def replay_throughput(
 ) -> None:
     """Replay the workload once per configuration per repeat, configurations taking turns; print the rates.
 
-    ``split``: runs of N ≥ 2 worker processes read the workload split by shard (``split-replay``, made once
-    before the rounds), so each worker reads its own share only.
+    ``split``: runs of N worker processes read the workload split into N shards (``split-replay``, made once
+    before the rounds), so each worker reads its own share only (one shard: the whole, in the split's form).
 
     ``configs``: what :func:`parse_config` returns, e.g. ``[("t", 1), ("p", 2)]``. ``mix``: tilt the
     ``mix`` workload towards ``gpu``, ``progress`` or ``logs`` records (see ``generator.build_mix``).
@@ -144,7 +144,7 @@ def replay_throughput(
 
         splits: dict[int, Path] = {}
         for kind, n in configs:
-            if split and kind == "p" and n > 1 and n not in splits:
+            if split and kind == "p" and n not in splits:
                 from trainguard.dataflows.replay_split import split_replay
 
                 started = time.perf_counter()

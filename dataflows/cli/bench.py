@@ -33,7 +33,7 @@ def replay_cmd(
         str | None, typer.Option(help="Tilt the mix towards one kind of record: gpu, progress or logs.")
     ] = None,
     split: Annotated[
-        bool, typer.Option(help="pN runs (N ≥ 2) read the workload split by shard, each worker its own share.")
+        bool, typer.Option(help="pN runs read the workload split into N shards, each worker its own share.")
     ] = False,
 ) -> None:
     """Replay throughput of the real flow, configurations taking turns so they share the machine's moods."""

@@ -229,13 +229,13 @@ _TOPIC_COUNT = len(TOPICS)
 def _decode_batch(batch: list[RawRecord | Routed | DeadLetter]) -> list[tuple[str, Routed | DeadLetter]]:
     """Decode a batch for the router; replay sources hand over records they already decoded."""
     out: list[tuple[str, Routed | DeadLetter]] = []
-    events: list[str] = []
+    counts = [0] * _TOPIC_COUNT  # events per topic, for the metrics
     for rec in batch:
         if type(rec) is Routed:  # already decoded by the source (replay), or a live partition's drain report
             out.append(("router", rec))
-            if rec[1][0] < _TOPIC_COUNT:
-                # A frame counts as the GPU records it holds.
-                events += [TOPICS[rec[1][0]]] * (len(rec.event) if type(rec.event) is GpuFrame else 1)
+            topic = rec[1][0]
+            if topic < _TOPIC_COUNT:
+                counts[topic] += len(rec.event) if type(rec.event) is GpuFrame else 1  # a frame: its GPUs' records
             continue
         if isinstance(rec, DeadLetter):
             out.append(("router", rec))
@@ -244,14 +244,13 @@ def _decode_batch(batch: list[RawRecord | Routed | DeadLetter]) -> list[tuple[st
         if isinstance(event, DeadLetter):
             out.append(("router", event))
         else:
-            out.append(
-                (
-                    "router",
-                    Routed(rec.clock, (_TOPIC_ORDER.get(rec.topic, 9), rec.partition, rec.offset), event, rec.payload),
-                )
-            )
-            events.append(rec.topic)
-    metrics.count_by(metrics.EVENTS, ((topic,) for topic in events))
+            topic = _TOPIC_ORDER.get(rec.topic, 9)
+            out.append(("router", Routed(rec.clock, (topic, rec.partition, rec.offset), event, rec.payload)))
+            if topic < _TOPIC_COUNT:
+                counts[topic] += 1
+    for topic, n in enumerate(counts):
+        if n:
+            metrics.EVENTS.labels(TOPICS[topic]).inc(n)
     return out
 
 

@@ -39,6 +39,7 @@ the dataloader). Then, in order:
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections import deque
@@ -104,7 +105,8 @@ class HangDetector:
         self.busy_grace_s = busy_grace_s
         self.confirm_s = confirm_s
         self._intervals: deque[float] = deque(maxlen=window)
-        self._interval: float | None = None  # the intervals' 90th percentile, kept as they change
+        self._ordered: list[float] = []  # the same intervals, sorted
+        self._interval: float | None = None  # their 90th percentile
         self._deltas: deque[int] = deque(maxlen=window)
         self._step = -1
         self._steps_seen = 0
@@ -129,6 +131,7 @@ class HangDetector:
             state.setdefault(name, value)
         state.setdefault("_deltas", deque(maxlen=50))
         intervals: deque[float] = state["_intervals"]  # type: ignore[assignment]
+        state.setdefault("_ordered", sorted(intervals))
         state.setdefault("_interval", _quantile(list(intervals), 0.9) if intervals else None)
         self.__dict__.update(state)
 
@@ -148,8 +151,7 @@ class HangDetector:
             per_step = gap / (step - self._step)
             interval = self.interval()
             if self._pause_since is None and (interval is None or gap < max(4 * interval, 20.0)):
-                self._intervals.append(per_step)
-                self._interval = _quantile(list(self._intervals), 0.9)  # read on every GPU frame: kept, not sorted then
+                self._add_interval(per_step)
             elif self._step > 0:
                 self._pause_steps.append(self._step)  # a long pause after this step, and the job went on
         if self._step >= 0:
@@ -229,6 +231,16 @@ class HangDetector:
     @property
     def last_advance(self) -> float | None:
         return self._last_advance
+
+    def _add_interval(self, per_step: float) -> None:
+        """One more per-step interval; the window's 90th percentile is kept as it changes (it is read on
+        every GPU frame), from the window kept sorted alongside."""
+        intervals, ordered = self._intervals, self._ordered
+        if len(intervals) == intervals.maxlen:
+            del ordered[bisect.bisect_left(ordered, intervals[0])]
+        intervals.append(per_step)
+        bisect.insort(ordered, per_step)
+        self._interval = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
 
     def interval(self) -> float | None:
         """The 90th percentile of recent per-step intervals (``None`` before the first)."""

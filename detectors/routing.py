@@ -56,6 +56,7 @@ from trainguard.detectors.events import (
     GpuSample,
     JobEvent,
     NodeEvent,
+    ProgressRecord,
     Tick,
 )
 from trainguard.detectors.frames import GpuFrame, same_sweep
@@ -239,6 +240,8 @@ class Router:
         return None
 
     def _key(self, event: Event) -> str:
+        if type(event) is ProgressRecord:  # most records: a job's own (its id is required)
+            return f"job/{event.job_id}"
         if isinstance(event, JobEvent):
             job = str(event.job_id)
             self._job_state(job, event)

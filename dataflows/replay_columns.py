@@ -33,7 +33,7 @@ from trainguard.detectors.events import MAX_RECORD_BYTES, MAX_TS, MIN_TS, Event,
 from trainguard.detectors.frames import FIELDS, INTEGER_FIELDS, GpuFrame, rare_rows, same_sweep
 
 # polars' thread pool does not survive fork(): a forked process (a worker of ``replay --processes``)
-# parses JSON Lines record by record instead (Parquet is read through Arrow, which does).
+# has msgspec decode each block of JSON Lines at once instead (Parquet is read through Arrow, which does).
 _FORKED = False
 
 

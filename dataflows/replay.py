@@ -74,12 +74,14 @@ def topic_files(directory: Path) -> dict[str, list[Path]]:
     return found
 
 
-def replay_directory(directory: str | Path, speed: float | None) -> Path:
-    """A replay source's arguments, checked now — with a clear sentence, not inside a worker."""
+def replay_directory(directory: str | Path, speed: float | None, split: bool = False) -> Path:
+    """A replay source's arguments, checked now — with a clear sentence, not inside a worker
+    (``split``: a directory split by shard, whose topic files are in its shards)."""
     if speed is not None and speed <= 0:
         raise ReplayError(f"--speed must be a positive number, got {speed}.")
     path = Path(directory)
-    topic_files(path)
+    if not split:
+        topic_files(path)
     return path
 
 
@@ -185,8 +187,11 @@ class _Placer:
     def _keys(self, ts: np.ndarray) -> np.ndarray | None:
         """The sort keys of a block's timestamps (their running maximum), or ``None`` where one jumps."""
         if self.waiting is not None:
-            if len(self.sample) + len(ts) < _ANCHOR_SAMPLE:
-                return None  # too few timestamps yet to tell where the file starts: one by one, as they wait
+            wanted = _ANCHOR_SAMPLE - len(self.sample)  # timestamps still to sample before the anchor is known
+            if len(ts) < wanted or len(self.waiting) + wanted > _CHUNK:
+                # Too few timestamps yet, or the record path would settle on a full chunk first (with fewer
+                # samples): one by one, as they would wait.
+                return None
             self.sample += ts[: _ANCHOR_SAMPLE - len(self.sample)].tolist()
             self.settle()
         last = self.key

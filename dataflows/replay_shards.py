@@ -100,7 +100,7 @@ class ShardedReplaySource(DynamicSource[tuple[str, Routed | DeadLetter]]):
 
         path = Path(directory)
         # A directory split by shard (``trainguard split-replay``) holds no topic files of its own.
-        self.directory = path if is_split(path) else replay_directory(directory, speed)
+        self.directory = replay_directory(directory, speed, split=is_split(path))
         self.speed = speed
         self.batch_size = batch_size
 

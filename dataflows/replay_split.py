@@ -74,7 +74,7 @@ def split_replay(directory: Path, shards: int, out: Path) -> list[int]:
     owners: dict[str, int] = {}
     every = range(shards)
     for window in _merge([_topic_chunks(t, fs, decoded=True) for t, fs in files.items()]):
-        last = [-1.0] * shards
+        last: list[float | None] = [None] * shards  # each shard's last key in this window
         for key, order, offset, event, payload in window:
             cls = type(event)
             if cls is DeadLetter:
@@ -160,6 +160,11 @@ def split_records(directory: Path) -> int:
     return int(msgspec.json.decode((directory / SPLIT).read_bytes())["records"])
 
 
+def holds_topics(directory: Path) -> bool:
+    """Whether ``directory`` holds any topic's file or folder (a replay of its own)."""
+    return any((directory / f"{topic}{suffix}").exists() for topic in TOPICS for suffix in (".jsonl", ".parquet", ""))
+
+
 def is_split(directory: Path) -> bool:
     """Whether ``directory`` holds a replay split by shard."""
     return directory.is_dir() and any(_SHARD_DIR.match(p.name) for p in directory.iterdir())
@@ -171,6 +176,8 @@ def shard_folder(directory: Path, shard: int, shards: int) -> Path | None:
     splits = {int(m[2]) for p in directory.iterdir() if (m := _SHARD_DIR.match(p.name))}
     if not splits:
         return None
+    if holds_topics(directory):
+        raise ReplayError(f"{directory} holds both a split replay (shard-*) and topic files: keep one or the other.")
     if splits != {shards}:
         found = ", ".join(str(n) for n in sorted(splits))
         raise ReplayError(f"{directory} is split into {found} shards: replay it with --processes {found}.")

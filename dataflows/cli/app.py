@@ -48,7 +48,7 @@ from trainguard.dataflows.archive import flush_open_archives
 from trainguard.dataflows.config import ConfigError
 from trainguard.dataflows.replay import ReplayError, ReplaySource, count_records
 from trainguard.dataflows.replay_shards import ShardedReplaySource
-from trainguard.dataflows.replay_split import is_split, shard_folder, split_records
+from trainguard.dataflows.replay_split import holds_topics, is_split, shard_folder, split_records
 from trainguard.detectors.events import TOPICS, Anomaly, DeadLetter
 from trainguard.detectors.lenient import FIELD_WARNINGS
 from trainguard.detectors.lifecycle import is_false_alarm
@@ -305,7 +305,7 @@ def split_replay_command(
     from trainguard.dataflows.replay_split import split_replay
 
     writable_dir(out)
-    if is_split(out) or any(out.glob("*.jsonl")) or any(out.glob("*.parquet")):
+    if is_split(out) or holds_topics(out):
         raise fail(f"{out} already holds a replay: split into an empty directory.")
     started = time.perf_counter()
     try:

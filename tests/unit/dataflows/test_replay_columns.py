@@ -175,3 +175,28 @@ def test_decode_block_refuses_what_must_be_read_line_by_line():
     assert decode_block("progress", good.replace(b"1796119200.5", b"1796119200500")) is None  # ms: refused
     assert decode_block("progress", good.replace(b"3}", b'"3"}')) is None  # the lenient rules' business
     assert decode_block("logs", b'{"ts": "2026-12-01T10:00:00Z", "node": "n1", "line": "x"}\n') is not None
+
+
+def test_a_file_that_starts_with_unreadable_timestamps_is_keyed_as_record_by_record(tmp_path: Path, monkeypatch):
+    # The record path settles where a file starts after 16 timestamps or a full chunk of waiting records,
+    # whichever comes first: a block decoded at once must not settle later, on other samples.
+    unreadable = b'{"ts": "2026-12-02 10:00:00", "job_id": "7", "node": "n1", "rank": 0, "step": 1}'  # no zone
+    clean = [
+        json.dumps({"ts": T0 + (36_000 if i < 6 else 0) + i, "job_id": "7", "node": "n1", "rank": 0, "step": i})
+        for i in range(40)
+    ]
+    (tmp_path / "progress.jsonl").write_bytes(b"\n".join([unreadable] * 4085 + [c.encode() for c in clean]) + b"\n")
+    (tmp_path / "logs.jsonl").write_bytes(
+        b"\n".join(json.dumps({"ts": T0 + 100 + i, "node": "n1", "line": "x"}).encode() for i in range(40)) + b"\n"
+    )
+    # The first block: exactly the unreadable lines (read one by one); the next decodes at once.
+    monkeypatch.setattr("trainguard.dataflows.replay._RECORD_BLOCK_BYTES", 4085 * (len(unreadable) + 1))
+
+    def keys() -> list[tuple]:
+        return [
+            (key, getattr(item, "order", None) or ("dead", item.offset)) for key, item in replay.merged_events(tmp_path)
+        ]
+
+    at_once = keys()
+    monkeypatch.setattr("trainguard.dataflows.replay.decode_block", lambda topic, block: None)
+    assert at_once == keys()

@@ -100,3 +100,12 @@ def test_the_cli_splits_and_says_what_to_fix(tmp_path: Path):
         timeout=120,
     )
     assert again.returncode == 2 and "split into an empty directory" in again.stderr
+
+
+def test_a_split_directory_with_topic_files_or_a_bad_speed_is_refused(tmp_path: Path):
+    split_replay(DEMO_DIR, 2, tmp_path)
+    with pytest.raises(ReplayError, match=r"--speed must be a positive number"):
+        ShardedReplaySource(tmp_path, speed=0)
+    (tmp_path / "logs.jsonl").write_bytes(b"")
+    with pytest.raises(ReplayError, match=r"holds both a split replay .* and topic files"):
+        shard_folder(tmp_path, 0, 2)

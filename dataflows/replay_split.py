@@ -157,7 +157,10 @@ def _frame(data: bytes) -> GpuFrame:
 
 def split_records(directory: Path) -> int:
     """How many records the replay that was split held (for progress reports)."""
-    return int(msgspec.json.decode((directory / SPLIT).read_bytes())["records"])
+    try:
+        return int(msgspec.json.decode((directory / SPLIT).read_bytes())["records"])
+    except (OSError, msgspec.DecodeError, KeyError, TypeError, ValueError):
+        raise ReplayError(f"{directory / SPLIT} is missing or unreadable: split the replay again.") from None
 
 
 def holds_topics(directory: Path) -> bool:

@@ -109,3 +109,10 @@ def test_a_split_directory_with_topic_files_or_a_bad_speed_is_refused(tmp_path: 
     (tmp_path / "logs.jsonl").write_bytes(b"")
     with pytest.raises(ReplayError, match=r"holds both a split replay .* and topic files"):
         shard_folder(tmp_path, 0, 2)
+
+
+def test_a_split_without_its_summary_says_to_split_again(tmp_path: Path):
+    split_replay(DEMO_DIR, 2, tmp_path)
+    (tmp_path / "split.json").unlink()
+    with pytest.raises(ReplayError, match=r"split.json is missing or unreadable: split the replay again"):
+        split_records(tmp_path)

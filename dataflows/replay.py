@@ -192,7 +192,7 @@ class _Placer:
                 # Too few timestamps yet, or the record path would settle on a full chunk first (with fewer
                 # samples): one by one, as they would wait.
                 return None
-            self.sample += ts[: _ANCHOR_SAMPLE - len(self.sample)].tolist()
+            self.sample += ts[:wanted].tolist()
             self.settle()
         last = self.key
         if last is None:

@@ -10,7 +10,7 @@ by record instead, through the decoder and its lenient rules, so what reaches th
 flow and the dead-letter sink is what the record path would give.
 
 >>> import numpy as np
->>> block = GpuBlock(ts=np.array([10.0, 10.0, 20.0]), node=["n1", "n1", "n1"], gpu=[0, 1, 0],
+>>> block = GpuBlock(ts=np.array([10.0, 10.0, 20.0]), names=["n1"], node=np.array([0, 0, 0]), gpu=[0, 1, 0],
 ...                  values=np.full((len(FIELDS), 3), np.nan), uuid=None, pci_bus_id=None)
 >>> [(f.ts, f.gpus) for f in block.frames(np.array([10.0, 10.0, 20.0]), [0, 1, 2])[1]]
 [(10.0, (0, 1)), (20.0, (0,))]
@@ -63,12 +63,12 @@ class GpuBlock:
     """Checked columns of consecutive GPU rows: every row has a node, a GPU and a plausible timestamp."""
 
     ts: np.ndarray
-    node: list[str]
+    names: list[str]  # the block's node names
+    node: np.ndarray  # each row's node, as its index in ``names``
     gpu: list[int]
     values: np.ndarray  # (field, row), NaN = null
     uuid: list[str | None] | None
     pci_bus_id: list[str | None] | None
-    node_codes: np.ndarray | None = None  # one integer per node name, where the reader had them
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -76,7 +76,7 @@ class GpuBlock:
     def frames(self, keys: np.ndarray, offsets: list[int]) -> tuple[list[float], list[GpuFrame], list[int]]:
         """The block cut into frames — runs of one node and timestamp, each GPU once — with each frame's
         sort key and offset (its first row's)."""
-        ts, node, gpu = self.ts, self.node, self.gpu
+        ts, names, node, gpu = self.ts, self.names, self.node.tolist(), self.gpu
         starts = self._starts()
         rare = np.logical_or.reduceat(rare_rows(self.values), starts).tolist()
         ends = [*starts[1:], len(ts)]
@@ -84,7 +84,7 @@ class GpuBlock:
         frames = [
             GpuFrame(
                 float(ts[a]),
-                node[a],
+                names[node[a]],
                 tuple(gpu[a:b]),
                 values[:, a:b].copy(),  # a frame outlives its block: it must not pin the block's arrays
                 uuid[a:b] if uuid else None,
@@ -99,8 +99,7 @@ class GpuBlock:
     def _starts(self) -> list[int]:
         """Where each frame begins: a new node or timestamp, as columns; where a run holds a GPU twice, the
         rule of :func:`~trainguard.detectors.frames.same_sweep` row by row."""
-        ts, gpu = self.ts, np.asarray(self.gpu)
-        codes = self.node_codes if self.node_codes is not None else np.unique(self.node, return_inverse=True)[1]
+        ts, gpu, codes = self.ts, np.asarray(self.gpu), self.node
         new = np.empty(len(ts), dtype=bool)
         new[0] = True
         np.not_equal(ts[1:], ts[:-1], out=new[1:])
@@ -109,7 +108,7 @@ class GpuBlock:
         order = np.lexsort((gpu, run))
         if not ((run[order][1:] == run[order][:-1]) & (gpu[order][1:] == gpu[order][:-1])).any():
             return np.flatnonzero(new).tolist()
-        node, gpus = self.node, self.gpu
+        node, gpus = codes.tolist(), self.gpu  # (equal indexes, equal names)
         starts = [0]
         run_gpus = {gpus[0]}
         for i in range(1, len(ts)):
@@ -146,10 +145,8 @@ def _checked(table: pa.Table) -> GpuBlock | None:
         for name in ("uuid", "pci_bus_id")
     }
     nodes = pc.dictionary_encode(table["node"].combine_chunks())
-    names = nodes.dictionary.to_pylist()
-    codes = nodes.indices.to_numpy()
-    node = [names[c] for c in codes.tolist()]
-    return GpuBlock(ts, node, table["gpu"].to_pylist(), values, text["uuid"], text["pci_bus_id"], codes)
+    names, node = nodes.dictionary.to_pylist(), nodes.indices.to_numpy()
+    return GpuBlock(ts, names, node, table["gpu"].to_pylist(), values, text["uuid"], text["pci_bus_id"])
 
 
 def _text(kind: pa.DataType) -> bool:

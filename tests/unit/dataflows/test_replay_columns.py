@@ -200,3 +200,15 @@ def test_a_file_that_starts_with_unreadable_timestamps_is_keyed_as_record_by_rec
     at_once = keys()
     monkeypatch.setattr("trainguard.dataflows.replay.decode_block", lambda topic, block: None)
     assert at_once == keys()
+
+
+def test_a_gpu_reported_twice_in_one_instant_starts_a_new_frame_as_records_do(tmp_path: Path, monkeypatch):
+    records = _records(4)
+    records.insert(3, {**records[1], "util_pct": 1.0})  # n1's GPU 1 again, same instant
+    lines = [json.dumps(r).encode() for r in records]
+    (tmp_path / "gpu.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    columns = [(item.event.node, item.event.gpus, item.order[2]) for _, item in replay.merged_events(tmp_path)]
+    assert columns[:2] == [("n1", (0, 1, 2), 0), ("n1", (1, 3, 4, 5, 6, 7), 3)]
+    monkeypatch.setattr("trainguard.dataflows.replay_columns._FORKED", True)  # the records' path, then frames
+    assert [(item.event.node, item.event.gpus, item.order[2]) for _, item in replay.merged_events(tmp_path)] == columns
+    assert _as_records(tmp_path) == _decoded_one_by_one(lines)

@@ -83,22 +83,16 @@ def test_a_split_replay_is_replayed_with_as_many_processes_as_shards(tmp_path: P
 
 
 def test_the_cli_splits_and_says_what_to_fix(tmp_path: Path):
-    cli = [sys.executable, "-m", "trainguard.dataflows"]
-    done = subprocess.run(
-        [*cli, "split-replay", str(DEMO_DIR), "--out", str(tmp_path / "s"), "--shards", "2"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "trainguard.dataflows", *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+    split = ("split-replay", str(DEMO_DIR), "--out", str(tmp_path / "s"), "--shards", "2")
+    done = cli(*split)
     assert done.returncode == 0 and "--processes 2" in done.stdout
-    wrong = subprocess.run([*cli, "replay", str(tmp_path / "s"), "-q"], capture_output=True, text=True, timeout=120)
+    wrong = cli("replay", str(tmp_path / "s"), "-q")
     assert wrong.returncode == 2 and "replay it with --processes 2" in wrong.stderr
-    again = subprocess.run(
-        [*cli, "split-replay", str(DEMO_DIR), "--out", str(tmp_path / "s"), "--shards", "2"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    again = cli(*split)
     assert again.returncode == 2 and "split into an empty directory" in again.stderr
 
 

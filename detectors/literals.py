@@ -147,3 +147,60 @@ def alternatives(pattern: str) -> list[str]:
     except re.error:
         return [pattern]
     return pieces
+
+
+_DIGITS = frozenset("0123456789")
+
+
+def digit_blind(pattern: str) -> bool:
+    """Whether ``pattern`` treats every ASCII digit alike: then it matches a line exactly when it matches the
+    line with each digit written as ``0`` (the *shape* of a line whose numbers change, step after step).
+
+    Every test the pattern makes on a character — a literal, a class, ``\\d``, ``\\w``, ``\\b`` — must give the
+    same answer for each digit; a digit written out, a class holding some digits but not all, and a
+    back-reference (equal digits in the shape need not be equal in the line) make it not blind.
+
+    >>> digit_blind(r"iteration\\s+\\d+/\\s*\\d+ \\| (?i:lm loss): [\\w.+-]+"), digit_blind(r"[^|]{0,40}nan")
+    (True, True)
+    >>> digit_blind(r"Xid 79"), digit_blind(r"status [45]"), digit_blind(r"(?P<a>\\d)-(?P=a)")
+    (False, False, False)
+    """
+    try:
+        tree = _p.parse(pattern)
+    except (re.error, RecursionError):
+        return False
+    return _blind(list(tree))
+
+
+def _blind(items: list[tuple[Any, Any]]) -> bool:
+    for op, av in items:
+        if op in (_c.LITERAL, _c.NOT_LITERAL):
+            if chr(av) in _DIGITS:
+                return False
+        elif op is _c.IN:
+            covered: set[str] = set()
+            for item, value in av:
+                if item is _c.LITERAL:
+                    covered |= {chr(value)} & _DIGITS
+                elif item is _c.RANGE:
+                    covered |= {d for d in _DIGITS if value[0] <= ord(d) <= value[1]}
+            if covered and covered != _DIGITS:
+                return False
+        elif op is _c.SUBPATTERN:
+            if not _blind(list(av[3])):
+                return False
+        elif op in (_c.MAX_REPEAT, _c.MIN_REPEAT, getattr(_c, "POSSESSIVE_REPEAT", None)):
+            if not _blind(list(av[2])):
+                return False
+        elif op is _c.BRANCH:
+            if not all(_blind(list(branch)) for branch in av[1]):
+                return False
+        elif op is getattr(_c, "ATOMIC_GROUP", None):
+            if not _blind(list(av)):
+                return False
+        elif op in (_c.ASSERT, _c.ASSERT_NOT):
+            if not _blind(list(av[1])):
+                return False
+        elif op not in (_c.ANY, _c.AT, _c.CATEGORY):
+            return False  # back-references, conditionals, anything not read here: not blind
+    return True

@@ -23,7 +23,7 @@ True
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 import ahocorasick_rs
@@ -39,7 +39,7 @@ from trainguard.detectors.catalogue import (
     XID,
     Signature,
 )
-from trainguard.detectors.literals import alternatives, required_literals
+from trainguard.detectors.literals import alternatives, digit_blind, required_literals
 from trainguard.detectors.settings import SiteSignature
 from trainguard.detectors.xid import xid_info
 
@@ -185,6 +185,10 @@ class _Plan:
     searched only with the alternatives one of whose strings it holds, signature by signature in order; the
     first signature one of whose alternatives matches is searched whole, for its fields — the same first
     match as searching every pattern.
+
+    Lines that matched nothing are remembered by their *shape* (every digit written as ``0``): a step line
+    printed again with other numbers has the same shape, and no :func:`~trainguard.detectors.literals.digit_blind`
+    alternative can match it either; only the others (an Xid's number, an exit status) are searched again.
     """
 
     def __init__(self, signatures: tuple[Signature, ...]) -> None:
@@ -193,6 +197,10 @@ class _Plan:
         # Every alternative of every signature, in order: (its signature's index, its regex).
         self.branches: list[tuple[int, re.Pattern[str]]] = []
         self.always: list[int] = []  # alternatives bounded by no string: always searched
+        # Alternatives that may tell one digit from another, so also a line from its shape.
+        self.sees_digits: set[int] = set()
+        # Shapes of lines no alternative matched -> the digit-seeing alternatives that were worth searching.
+        self._unmatched: dict[bytes, list[int]] = {}
         by_word: dict[int, set[int]] = {}
         for index, sig in enumerate(signatures):
             pieces = alternatives(sig.pattern)
@@ -204,6 +212,8 @@ class _Plan:
                     self.always.append(branch)
                 for word in found or ():
                     by_word.setdefault(words.setdefault(word, len(words)), set()).add(branch)
+                if not digit_blind(piece) or _has_digit(sig.anchors):
+                    self.sees_digits.add(branch)
         self.by_word = {word: frozenset(branches) for word, branches in by_word.items()}
         exact = [(w, i) for (w, folded), i in words.items() if not folded]
         folded = [(w, i) for (w, is_folded), i in words.items() if is_folded]
@@ -211,6 +221,10 @@ class _Plan:
         self._folded_ids = [i for _, i in folded]
         self._exact_ac = ahocorasick_rs.AhoCorasick([w for w, _ in exact]) if exact else None
         self._folded_ac = ahocorasick_rs.AhoCorasick([w for w, _ in folded]) if folded else None
+        # Strings that hold a digit: a line of a known shape may hold them or not, so they are looked for anew.
+        digit_words = [(w, folded, self.by_word[i]) for (w, folded), i in words.items() if _has_digit(w)]
+        self._digit_exact = _Lookup([(w, branches) for w, folded, branches in digit_words if not folded])
+        self._digit_folded = _Lookup([(w, branches) for w, folded, branches in digit_words if folded])
 
     def present(self, line: str) -> set[int]:
         """The ids of the required strings in ``line`` (case-insensitive ones in its lower-case form; all
@@ -228,17 +242,88 @@ class _Plan:
                 found.update(self._folded_ids)
         return found
 
-    def candidates(self, line: str) -> list[tuple[int, re.Pattern[str]]]:
+    def candidates(self, line: str) -> list[int]:
         """The alternatives worth searching in ``line`` — those one of whose strings it holds, and those
-        bounded by none — as ``(signature index, regex)``, in the signatures' order."""
+        bounded by none — as indexes into :attr:`branches`, in the signatures' order."""
         by_word = self.by_word
         found = set(self.always)
         for word in self.present(line):
             branches = by_word.get(word)
             if branches is not None:
                 found |= branches
-        branches = self.branches
-        return [branches[i] for i in sorted(found)]
+        return sorted(found)
+
+    def search(self, line: str, could_match: Callable[[str], bool] | None = None) -> SignatureMatch | None:
+        """The first signature matching ``line``, with the fields it and the line carry; ``could_match``, a
+        pre-filter to try first (a line of a known shape needs none)."""
+        shape = line.encode().translate(_ZEROS) if line.isascii() else None
+        known = self._unmatched.get(shape) if shape is not None else None
+        if known is not None:
+            more = self._digit_exact.branches(line) | self._digit_folded.branches(line.lower())
+            return self._first(line, sorted(more.union(known)) if more else known)
+        if could_match is not None and not could_match(line):
+            return None
+        candidates = self.candidates(line)
+        found = self._first(line, candidates)
+        if found is None and shape is not None:
+            if len(self._unmatched) >= MAX_SHAPES:
+                self._unmatched.clear()  # (bounded: a stream of one-off lines must not grow it)
+            seeing = self.sees_digits
+            self._unmatched[shape] = [i for i in candidates if i in seeing]
+        return found
+
+    def _first(self, line: str, candidates: list[int]) -> SignatureMatch | None:
+        signatures, branches = self.signatures, self.branches
+        skipped = -1  # a signature whose anchors are not in the line
+        for candidate in candidates:
+            index, branch = branches[candidate]
+            if index == skipped:
+                continue
+            sig = signatures[index]
+            if sig.anchors and not any(word in line for word in sig.anchors):
+                skipped = index
+                continue
+            m = branch.search(line)
+            if m is None:
+                continue
+            if branch is not sig.regex:  # one alternative matched: the whole pattern's match gives the fields
+                m = sig.regex.search(line)
+                if m is None:  # (cannot be)
+                    continue
+            fields = {k: v for k, v in m.groupdict().items() if v is not None}
+            if sig.extract_regex is not None:
+                extra = sig.extract_regex.search(line)
+                if extra is not None:
+                    fields.update({k: v for k, v in extra.groupdict().items() if v is not None})
+            rank = _RANK.search(line)
+            if rank is not None:
+                fields.setdefault("rank", rank[1])
+            return SignatureMatch(sig, fields)
+        return None
+
+
+class _Lookup:
+    """Strings to look for in a line, each standing for a set of alternatives."""
+
+    def __init__(self, words: list[tuple[str, frozenset[int]]]) -> None:
+        self._branches = [branches for _, branches in words]
+        self._ac = ahocorasick_rs.AhoCorasick([w for w, _ in words]) if words else None
+
+    def branches(self, line: str) -> set[int]:
+        """The alternatives of the strings ``line`` holds."""
+        found: set[int] = set()
+        if self._ac is not None:
+            for i, _, _ in self._ac.find_matches_as_indexes(line, overlapping=True):
+                found |= self._branches[i]
+        return found
+
+
+MAX_SHAPES = 4096  # shapes of unmatched lines remembered per catalogue
+_ZEROS = bytes.maketrans(b"123456789", b"000000000")
+
+
+def _has_digit(texts: Iterable[str]) -> bool:
+    return any(char.isdigit() for text in texts for char in text)
 
 
 _PLANS: dict[int, _Plan] = {}
@@ -257,39 +342,13 @@ def match_line(line: str) -> SignatureMatch | None:
     site = _search(_site, line) if _site else None
     if site is not None:
         return site
-    if not could_match(line):
-        return None
-    found = _search(CATALOGUE, line)
+    found = _plan(CATALOGUE).search(line, could_match)
     return None if found is None else SignatureMatch(_refine(found.signature, found.fields), found.fields)
 
 
 def _search(signatures: tuple[Signature, ...], line: str) -> SignatureMatch | None:
     """The first of ``signatures`` that matches ``line``, with the fields it and the line carry."""
-    skipped = -1  # a signature whose anchors are not in the line
-    for index, branch in _plan(signatures).candidates(line):
-        if index == skipped:
-            continue
-        sig = signatures[index]
-        if sig.anchors and not any(word in line for word in sig.anchors):
-            skipped = index
-            continue
-        m = branch.search(line)
-        if m is None:
-            continue
-        if branch is not sig.regex:  # one alternative matched: the whole pattern's match gives the fields
-            m = sig.regex.search(line)
-            if m is None:  # (cannot be)
-                continue
-        fields = {k: v for k, v in m.groupdict().items() if v is not None}
-        if sig.extract_regex is not None:
-            extra = sig.extract_regex.search(line)
-            if extra is not None:
-                fields.update({k: v for k, v in extra.groupdict().items() if v is not None})
-        rank = _RANK.search(line)
-        if rank is not None:
-            fields.setdefault("rank", rank[1])
-        return SignatureMatch(sig, fields)
-    return None
+    return _plan(signatures).search(line)
 
 
 _NVLINK5_XIDS = frozenset(str(code) for code in range(144, 151))

@@ -18,10 +18,14 @@ flow and the dead-letter sink is what the record path would give.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import queue
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import polars as pl
@@ -44,6 +48,7 @@ def _forked() -> None:
 
 os.register_at_fork(after_in_child=_forked)
 
+_T = TypeVar("_T")
 _BLOCK_BYTES = 8 << 20  # JSON Lines read this much at a time
 _BATCH_ROWS = 65_536  # Parquet rows per record batch
 _TEXT = ("node", "uuid", "pci_bus_id")
@@ -161,10 +166,57 @@ def _numeric(name: str, kind: pa.DataType) -> bool:
 def jsonl_blocks(path: Path) -> Iterator[tuple[GpuBlock | list[Event] | None, bytes]]:
     """``(columns, or the block's records decoded at once, or None; the block's bytes)`` for each block of
     whole lines of a JSON Lines file. Records where the columns cannot vouch for the block (or polars may
-    not run, after a fork) but the decoder takes every line as it stands; ``None``: line by line."""
+    not run, after a fork) but the decoder takes every line as it stands; ``None``: line by line.
+
+    The next block is read and parsed ahead, in a thread, while the flow works on this one: reading the
+    file and polars' parse let go of the interpreter, so they run on another core."""
+    if _FORKED:  # (msgspec's decoding holds the interpreter: nothing to gain from a thread)
+        yield from _jsonl_blocks(path)
+    else:
+        yield from read_ahead(_jsonl_blocks(path))
+
+
+def _jsonl_blocks(path: Path) -> Iterator[tuple[GpuBlock | list[Event] | None, bytes]]:
     for block in line_blocks(path, _BLOCK_BYTES):
         columns = _parse_lines(block)
         yield (columns if columns is not None else decode_block("gpu", block)), block
+
+
+def read_ahead(items: Iterator[_T], depth: int = 1) -> Iterator[_T]:
+    """``items``, each made in a thread while the one before is used (at most ``depth`` waiting); what the
+    thread raises is raised here, in order. Closing this generator stops the thread at its next item.
+
+    >>> list(read_ahead(iter(range(5))))
+    [0, 1, 2, 3, 4]
+    """
+    ready: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def make() -> None:
+        try:
+            for item in items:
+                if stop.is_set():
+                    return
+                ready.put((True, item))
+            ready.put((False, None))
+        except BaseException as error:  # handed to the reader, which raises it where it was asked for
+            ready.put((False, error))
+
+    thread = threading.Thread(target=make, name="trainguard-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            more, item = ready.get()
+            if not more:
+                if item is not None:
+                    raise item
+                return
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a thread waiting to put, so it sees ``stop``
+            with contextlib.suppress(queue.Empty):
+                ready.get(timeout=0.05)
 
 
 def line_blocks(path: Path, size: int) -> Iterator[bytes]:
@@ -195,7 +247,8 @@ def _parse_lines(block: bytes) -> GpuBlock | None:
     if not len(ends) or lengths.min() < 2 or lengths.max() > MAX_RECORD_BYTES or b"\r" in block:
         return None
     # polars would read a number where a node's name belongs as its text; the decoder refuses it.
-    if block.count(b'"node":"') + block.count(b'"node": "') != len(ends):
+    named = block.count(b'"node":"')  # (compact JSON, as the collectors write it: one scan)
+    if named != len(ends) and named + block.count(b'"node": "') != len(ends):
         return None
     try:
         # Read to the contract's types: a value of another type (a numeric string, a boolean, a float
@@ -209,6 +262,9 @@ def _parse_lines(block: bytes) -> GpuBlock | None:
 
 
 def parquet_blocks(path: Path) -> Iterator[tuple[GpuBlock | None, pa.RecordBatch]]:
-    """``(columns or None, the batch)`` for each record batch of a Parquet file."""
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=_BATCH_ROWS):
-        yield _checked(pa.Table.from_batches([batch])), batch
+    """``(columns or None, the batch)`` for each record batch of a Parquet file (read ahead, in a thread)."""
+    return read_ahead((_checked(pa.Table.from_batches([batch])), batch) for batch in _batches(path))
+
+
+def _batches(path: Path) -> Iterator[pa.RecordBatch]:
+    yield from pq.ParquetFile(path).iter_batches(batch_size=_BATCH_ROWS)

@@ -39,7 +39,6 @@ SPIN_UTIL = 85.0  # NCCL's busy-wait kernels keep utilisation pinned near 100 %
 IDLE_UTIL = 10.0
 SPIN_POWER = 0.55  # spinning draws at most this share of the GPU's training power
 TRAIN_EWM = 0.1  # weight of a new stepping sample in the training power level
-_UTIL_POWER = [UTIL, POWER]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +71,8 @@ class GpuActivity:
         the power level)."""
         frame = as_frame(sample)
         ts = frame.ts
-        utils, powers = frame.values[_UTIL_POWER].tolist()
+        values = frame.values
+        utils, powers = values[UTIL].tolist(), values[POWER].tolist()  # (rows by plain indexing: far cheaper)
         recents = self._recent
         for key, util, power in zip(frame.keys, utils, powers, strict=True):
             recent = recents.get(key)

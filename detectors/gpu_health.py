@@ -70,7 +70,7 @@ _THROTTLES = (
 
 
 _QUIET, _DRIFT, _JUDGE = range(3)  # what a GPU's sample needs (see GpuHealth._need)
-_TEMP_POWER = [COLUMN["temp_c"], COLUMN["power_w"]]
+_TEMP, _POWER = COLUMN["temp_c"], COLUMN["power_w"]
 
 
 def _moved(before: GpuFrame, frame: GpuFrame) -> list[bool]:
@@ -140,7 +140,7 @@ class GpuHealth:
             else:
                 need = self._need(frame, i, last, key)
             if need == _DRIFT:
-                temp, power = nulls(frame.values[_TEMP_POWER, i].tolist())
+                temp, power = nulls([frame.values[_TEMP, i].item(), frame.values[_POWER, i].item()])
                 found += self._drift_of_idle(key, temp, power, lambda i=i: frame.sample(i))  # type: ignore[misc]
             elif need == _JUDGE:
                 found += self._judge(frame.sample(i), None if last is None else last[0].sample(last[1]))

@@ -8,6 +8,7 @@ Each metric is compared with robust z-scores (median and MAD across the job's
 GPUs) over the last few samples.
 
 >>> from trainguard.detectors.events import GpuSample
+from trainguard.detectors.gpu_activity import IDLE_UTIL, SPIN_UTIL
 >>> peers = GpuPeers()
 >>> for t in range(3):
 ...     for g in range(8):
@@ -25,6 +26,7 @@ from collections import deque
 from statistics import median
 
 from trainguard.detectors.events import GpuSample
+from trainguard.detectors.gpu_activity import IDLE_UTIL, SPIN_UTIL
 from trainguard.detectors.frames import COLUMN, SLOWDOWN_REASONS, GpuFrame, as_frame, throttle_mask
 
 __all__ = ["SLOWDOWN_REASONS", "GpuPeers", "throttle_mask"]
@@ -106,9 +108,9 @@ class GpuPeers:
     def idle_while_peers_spin(self) -> list[GpuKey]:
         """During a hang: GPUs at ~0 % utilisation while most peers sit at ~100 % in NCCL kernels."""
         util = self._recent("util_pct")
-        if len(util) < 3 or median(util.values()) < 80.0:
+        if len(util) < 3 or median(util.values()) < SPIN_UTIL:
             return []
-        return sorted(k for k, u in util.items() if u < 10.0)
+        return sorted(k for k, u in util.items() if u < IDLE_UTIL)
 
     def missing(self, now: float, after_s: float) -> list[tuple[str, int, float | None]]:
         """``(node, gpu, last seen)`` of GPUs gone quiet while their node's other GPUs report (fell off

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from trainguard.dataflows import replay
-from trainguard.dataflows.replay_columns import _BLOCK_BYTES, jsonl_blocks
+from trainguard.dataflows.replay_columns import _BLOCK_BYTES, jsonl_blocks, read_ahead
 from trainguard.detectors.events import DeadLetter, decode
 from trainguard.detectors.frames import GpuFrame, throttle_mask
 
@@ -212,3 +213,31 @@ def test_a_gpu_reported_twice_in_one_instant_starts_a_new_frame_as_records_do(tm
     monkeypatch.setattr("trainguard.dataflows.replay_columns._FORKED", True)  # the records' path, then frames
     assert [(item.event.node, item.event.gpus, item.order[2]) for _, item in replay.merged_events(tmp_path)] == columns
     assert _as_records(tmp_path) == _decoded_one_by_one(lines)
+
+
+def test_reading_ahead_keeps_the_order_raises_where_asked_and_stops_when_closed():
+    made: list[int] = []
+
+    def numbers(fail_at: int | None = None):
+        for i in range(1000):
+            if i == fail_at:
+                raise ValueError(f"bad block {i}")
+            made.append(i)
+            yield i
+
+    assert list(read_ahead(numbers(), depth=2)) == list(range(1000))
+
+    got = []
+    try:
+        for item in read_ahead(numbers(fail_at=7)):
+            got.append(item)
+    except ValueError as error:
+        assert str(error) == "bad block 7"
+    assert got == list(range(7))  # everything before the failure, then the failure itself
+
+    made.clear()
+    ahead = read_ahead(numbers(), depth=1)
+    assert [next(ahead) for _ in range(3)] == [0, 1, 2]
+    ahead.close()
+    assert not any(t.name == "trainguard-read-ahead" and t.is_alive() for t in threading.enumerate())
+    assert len(made) <= 6  # stopped a couple of items ahead, not read to the end

@@ -26,8 +26,8 @@ from collections import deque
 from statistics import median
 
 from trainguard.detectors.events import GpuSample
-from trainguard.detectors.gpu_activity import IDLE_UTIL, SPIN_UTIL
 from trainguard.detectors.frames import COLUMN, SLOWDOWN_REASONS, GpuFrame, as_frame, throttle_mask
+from trainguard.detectors.gpu_activity import IDLE_UTIL, SPIN_UTIL
 
 __all__ = ["SLOWDOWN_REASONS", "GpuPeers", "throttle_mask"]
 

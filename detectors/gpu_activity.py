@@ -31,8 +31,7 @@ from typing import Any
 
 from trainguard.detectors.events import GpuSample
 from trainguard.detectors.frames import POWER, UTIL, GpuFrame, as_frame
-
-GpuKey = tuple[str, int]
+from trainguard.detectors.gpu_windows import GpuKey, GpuWindows
 
 BUSY_UTIL = 50.0  # % utilisation: the GPU is doing something
 SPIN_UTIL = 85.0  # NCCL's busy-wait kernels keep utilisation pinned near 100 %
@@ -58,28 +57,24 @@ class GpuActivity:
     def __init__(self, keep: int = 8) -> None:
         self.keep = keep
         # Each GPU's last ``keep`` samples as (ts, util, power); NaN (or, in older snapshots, None): not reported.
-        self._recent: dict[GpuKey, deque[tuple[float, float | None, float | None]]] = {}
+        self._recent: GpuWindows[Reading] = GpuWindows(keep, _reading)
         self._train_power: dict[GpuKey, float] = {}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        # Snapshots written before the windows were deques kept them as lists.
-        state["_recent"] = {k: deque(v, maxlen=state["keep"]) for k, v in state["_recent"].items()}
+        if type(state["_recent"]) is dict:  # a snapshot written before node windows: each GPU's (lists, once)
+            keep = state["keep"]
+            gpus = {k: deque(v, maxlen=keep) for k, v in state["_recent"].items()}
+            state["_recent"] = GpuWindows.of_gpus(keep, _reading, gpus)
         self.__dict__.update(state)
 
     def observe(self, sample: GpuSample | GpuFrame, stepping: bool) -> None:
         """A sample or a node's frame; ``stepping``: the job was making steps when it was taken (it teaches
         the power level)."""
         frame = as_frame(sample)
-        ts = frame.ts
-        values = frame.values
-        utils, powers = values[UTIL].tolist(), values[POWER].tolist()  # (rows by plain indexing: far cheaper)
-        recents = self._recent
-        for key, util, power in zip(frame.keys, utils, powers, strict=True):
-            recent = recents.get(key)
-            if recent is None:
-                recent = recents[key] = deque(maxlen=self.keep)
-            recent.append((ts, util, power))
+        self._recent.append(frame)
         if stepping:
+            values = frame.values
+            utils, powers = values[UTIL].tolist(), values[POWER].tolist()  # (rows by plain indexing: far cheaper)
             levels = self._train_power
             for key, util, power in zip(frame.keys, utils, powers, strict=True):
                 if power == power and util >= BUSY_UTIL:  # (NaN compares false: not reported)
@@ -123,6 +118,14 @@ class GpuActivity:
         if len(working) * 2 > len(util):
             return Verdict("computing", rounds, why="busy near training power: computing (evaluation or a long step)")
         return Verdict("unknown", rounds, why="mixed activity")
+
+
+Reading = tuple[float, float | None, float | None]  # a GPU's (ts, util, power)
+
+
+def _reading(frame: GpuFrame, i: int) -> Reading:
+    values = frame.values
+    return frame.ts, values[UTIL, i].item(), values[POWER, i].item()
 
 
 def _has(samples: list[tuple[float, float | None, float | None]], index: int) -> bool:

@@ -8,7 +8,6 @@ Each metric is compared with robust z-scores (median and MAD across the job's
 GPUs) over the last few samples.
 
 >>> from trainguard.detectors.events import GpuSample
-from trainguard.detectors.gpu_activity import IDLE_UTIL, SPIN_UTIL
 >>> peers = GpuPeers()
 >>> for t in range(3):
 ...     for g in range(8):
@@ -28,10 +27,10 @@ from statistics import median
 from trainguard.detectors.events import GpuSample
 from trainguard.detectors.frames import COLUMN, SLOWDOWN_REASONS, GpuFrame, as_frame, throttle_mask
 from trainguard.detectors.gpu_activity import IDLE_UTIL, SPIN_UTIL
+from trainguard.detectors.gpu_windows import GpuKey, GpuWindows
 
 __all__ = ["SLOWDOWN_REASONS", "GpuPeers", "throttle_mask"]
 
-GpuKey = tuple[str, int]
 Sighting = tuple[GpuFrame, int]  # a GPU's sample: the frame it came in and its column there
 _THROTTLE = COLUMN["throttle_reasons"]
 
@@ -51,27 +50,23 @@ class GpuPeers:
     def __init__(self, history: int = 6, z_threshold: float = 4.0) -> None:
         self.history = history
         self.z_threshold = z_threshold
-        self._samples: dict[GpuKey, deque[Sighting]] = {}
+        self._samples: GpuWindows[Sighting] = GpuWindows(history, _sighting)
         self._first_seen: dict[str, float] = {}
         self.last_ts = 0.0
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        # Snapshots written before frames kept each GPU's samples as records: a frame of one each.
-        windows: dict[GpuKey, deque] = state["_samples"]  # type: ignore[assignment]
-        for key, window in windows.items():
-            if window and type(window[0]) is GpuSample:
-                windows[key] = deque(((GpuFrame.from_samples([s]), 0) for s in window), maxlen=window.maxlen)
+        windows = state["_samples"]
+        if type(windows) is dict:  # a snapshot written before node windows: each GPU's samples, kept as they are
+            for key, window in windows.items():
+                if window and type(window[0]) is GpuSample:  # (before frames: records, as frames of one)
+                    windows[key] = deque(((GpuFrame.from_samples([s]), 0) for s in window), maxlen=window.maxlen)
+            state["_samples"] = GpuWindows.of_gpus(int(state["history"]), _sighting, windows)  # type: ignore[call-overload]
         self.__dict__.update(state)
 
     def observe(self, sample: GpuSample | GpuFrame) -> None:
         """A sample, or a node's frame of samples."""
         frame = as_frame(sample)
-        samples = self._samples
-        for i, key in enumerate(frame.keys):
-            window = samples.get(key)
-            if window is None:
-                window = samples[key] = deque(maxlen=self.history)
-            window.append((frame, i))
+        self._samples.append(frame)
         ts = frame.ts
         self._first_seen.setdefault(frame.node, ts)
         if ts > self.last_ts:
@@ -80,8 +75,7 @@ class GpuPeers:
     def _recent(self, field: str, last: int | None = None) -> dict[GpuKey, float]:
         row = COLUMN[field]
         out = {}
-        for key, window in self._samples.items():
-            sightings = list(window)[-last:] if last else window
+        for key, sightings in self._samples.items(last):
             values = [v for frame, i in sightings if (v := float(frame.values[row, i])) == v]
             if values:
                 out[key] = median(values)
@@ -98,8 +92,8 @@ class GpuPeers:
             for key, z in _robust_z(self._recent(field, last)).items():
                 if sign * z > self.z_threshold:
                     suspicion[key] = suspicion.get(key, 0.0) + sign * z
-        for key, window in self._samples.items():
-            if any(_slowed(frame, i) for frame, i in list(window)[-last:]):
+        for key, window in self._samples.items(last):
+            if any(_slowed(frame, i) for frame, i in window):
                 suspicion[key] = suspicion.get(key, 0.0) + self.z_threshold
         if not suspicion or len(suspicion) * 4 > max(len(self._samples), 1):
             return []  # a quarter of the job "odd" is a job-wide change, not one GPU
@@ -118,18 +112,26 @@ class GpuPeers:
         has been reporting for ``after_s`` (samples of one round arrive in any order)."""
         last_by_node: dict[str, float] = {}
         seen: dict[str, set[int]] = {}
-        for (node, gpu), window in self._samples.items():
-            last_by_node[node] = max(last_by_node.get(node, 0.0), window[-1][0].ts)
+        for frame in self._samples.newest_frames():  # (a node whose GPUs were all seen last together lost none)
+            last_by_node[frame.node] = frame.ts
+            seen[frame.node] = set(frame.gpus)
+        last_seen: dict[GpuKey, float] = {}
+        for (node, gpu), (frame, _) in self._samples.newest_apart():
+            last = last_seen[node, gpu] = frame.ts
+            last_by_node[node] = max(last_by_node.get(node, 0.0), last)
             seen.setdefault(node, set()).add(gpu)
         out: list[tuple[str, int, float | None]] = []
-        for (node, gpu), window in sorted(self._samples.items()):
-            last = window[-1][0].ts
+        for (node, gpu), last in sorted(last_seen.items()):
             if now - last > after_s and last_by_node[node] > last + after_s / 2:
                 out.append((node, gpu, last))
         for node, gpus in sorted(seen.items()):
             if now - self._first_seen.get(node, now) >= after_s:
                 out += [(node, g, None) for g in range(max(gpus)) if g not in gpus]
         return out
+
+
+def _sighting(frame: GpuFrame, i: int) -> Sighting:
+    return frame, i
 
 
 def _slowed(frame: GpuFrame, i: int) -> bool:

@@ -1,0 +1,131 @@
+"""The last few samples of each GPU, kept a node's frame at a time.
+
+A node's GPUs report together, and frame after frame the same GPUs: then the node's last
+``keep`` frames *are* each of its GPUs' last ``keep`` samples, and one append per frame keeps
+them — no per-GPU work until someone asks. A node whose frames change GPUs (one fell off the
+bus, one reported twice in an instant) has its GPUs kept one by one from then on, which is
+what every window means anyway: a GPU's last ``keep`` samples, whatever its neighbours did.
+
+>>> import numpy as np
+>>> from trainguard.detectors.frames import FIELDS
+>>> windows = GpuWindows(keep=2, sample=lambda frame, i: frame.ts)
+>>> for ts in (10.0, 20.0, 30.0):
+...     windows.append(GpuFrame(ts, "n1", (0, 1), np.zeros((len(FIELDS), 2))))
+>>> windows.append(GpuFrame(40.0, "n1", (0,), np.zeros((len(FIELDS), 1))))  # GPU 1 fell off the bus
+>>> dict(windows.items())
+{('n1', 0): [30.0, 40.0], ('n1', 1): [20.0, 30.0]}
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+from trainguard.detectors.frames import GpuFrame
+
+GpuKey = tuple[str, int]
+T = TypeVar("T")
+
+__all__ = ["GpuKey", "GpuWindows"]
+
+
+class GpuWindows(Generic[T]):
+    """Each GPU's last ``keep`` samples, as ``sample(frame, column)`` makes them (a module-level function:
+    the windows are pickled with the detector that keeps them)."""
+
+    def __init__(self, keep: int, sample: Callable[[GpuFrame, int], T]) -> None:
+        self.keep = keep
+        self.sample = sample
+        self._frames: dict[str, deque[GpuFrame]] = {}  # nodes whose frames all held the same GPUs
+        self._gpus: dict[GpuKey, deque[T]] = {}  # GPUs of the other nodes, one by one
+        self._apart: set[str] = set()  # those other nodes
+        self._order: dict[GpuKey, None] = {}  # every GPU, in the order first seen
+
+    @classmethod
+    def of_gpus(cls, keep: int, sample: Callable[[GpuFrame, int], T], gpus: dict[GpuKey, deque[T]]) -> GpuWindows[T]:
+        """Windows kept GPU by GPU (as detectors' snapshots before these windows held them)."""
+        windows = cls(keep, sample)
+        windows._gpus = gpus
+        windows._apart = {node for node, _ in gpus}
+        windows._order = dict.fromkeys(gpus)
+        return windows
+
+    def append(self, frame: GpuFrame) -> None:
+        """A node's frame: each of its GPUs' newest sample."""
+        node = frame.node
+        frames = self._frames.get(node)
+        if frames is not None:
+            keys = frames[-1].keys
+            if keys is frame.keys or keys == frame.keys:
+                frames.append(frame)
+                return
+            self._take_apart(node, frames)  # other GPUs than before: one by one from now on
+        elif node not in self._apart:
+            self._frames[node] = deque((frame,), maxlen=self.keep)
+            for key in frame.keys:
+                self._order.setdefault(key)
+            return
+        sample, gpus = self.sample, self._gpus
+        for i, key in enumerate(frame.keys):
+            window = gpus.get(key)
+            if window is None:
+                window = gpus[key] = deque(maxlen=self.keep)
+                self._order.setdefault(key)
+            window.append(sample(frame, i))
+
+    def _take_apart(self, node: str, frames: deque[GpuFrame]) -> None:
+        del self._frames[node]
+        self._apart.add(node)
+        sample, gpus = self.sample, self._gpus
+        for frame in frames:
+            for i, key in enumerate(frame.keys):
+                window = gpus.get(key)
+                if window is None:
+                    window = gpus[key] = deque(maxlen=self.keep)
+                window.append(sample(frame, i))
+
+    def items(self, last: int | None = None) -> Iterator[tuple[GpuKey, list[T]]]:
+        """``(GPU, its samples, oldest first)`` for every GPU, in the order they were first seen; ``last``: only
+        each GPU's newest that many."""
+        sample, cut = self.sample, -last if last else 0
+        for key, frames, i in self._where():
+            if frames is None:
+                window = self._gpus[key]
+                yield key, list(window)[cut:] if cut else list(window)
+            else:
+                yield key, [sample(frame, i) for frame in (list(frames)[cut:] if cut else frames)]
+
+    def newest_frames(self) -> Iterator[GpuFrame]:
+        """The newest frame of each node kept a frame at a time (its GPUs were all seen last then)."""
+        for frames in self._frames.values():
+            yield frames[-1]
+
+    def newest_apart(self) -> Iterator[tuple[GpuKey, T]]:
+        """``(GPU, its newest sample)`` for each GPU kept one by one."""
+        for key, window in self._gpus.items():
+            yield key, window[-1]
+
+    def _where(self) -> Iterator[tuple[GpuKey, deque[GpuFrame] | None, int]]:
+        """Each GPU with its node's frames and its column there (``None, -1``: kept one by one)."""
+        columns: dict[str, dict[int, int]] = {}
+        for key in self._order:
+            node, gpu = key
+            frames = self._frames.get(node)
+            if frames is None:
+                yield key, None, -1
+                continue
+            where = columns.get(node)
+            if where is None:
+                where = columns[node] = {g: i for i, g in enumerate(frames[-1].gpus)}
+            yield key, frames, where[gpu]
+
+    def __len__(self) -> int:
+        """How many GPUs have samples."""
+        return len(self._order)
+
+    def clear(self) -> None:
+        self._frames.clear()
+        self._gpus.clear()
+        self._apart.clear()
+        self._order.clear()

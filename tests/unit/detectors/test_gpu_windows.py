@@ -1,0 +1,77 @@
+"""Node windows keep exactly each GPU's last samples, however a node's GPUs come and go."""
+
+from __future__ import annotations
+
+import pickle
+from collections import deque
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainguard.detectors.events import GpuSample
+from trainguard.detectors.frames import FIELDS, GpuFrame
+from trainguard.detectors.gpu_activity import GpuActivity
+from trainguard.detectors.gpu_peers import GpuPeers
+from trainguard.detectors.gpu_windows import GpuWindows
+
+
+def _stamp(frame: GpuFrame, i: int) -> tuple[float, int]:
+    return frame.ts, frame.gpus[i]
+
+
+# Each step: a node, and which of its 4 GPUs report (usually all of them).
+_GPUS = st.one_of(st.just((0, 1, 2, 3)), st.sampled_from([(0, 1, 3), (1, 0), (2,)]))
+_STEPS = st.lists(st.tuples(st.sampled_from(["a", "b"]), _GPUS), max_size=40)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(_STEPS, st.integers(min_value=1, max_value=4))
+def test_windows_hold_each_gpus_last_samples_in_first_seen_order(steps, keep):
+    windows = GpuWindows(keep, _stamp)
+    expected: dict[tuple[str, int], deque] = {}  # the plain way: a window per GPU
+    for t, (node, gpus) in enumerate(steps):
+        frame = GpuFrame(float(t), node, gpus, np.zeros((len(FIELDS), len(gpus))))
+        windows.append(frame)
+        for gpu in gpus:
+            expected.setdefault((node, gpu), deque(maxlen=keep)).append((float(t), gpu))
+    assert [(k, w) for k, w in windows.items()] == [(k, list(w)) for k, w in expected.items()]
+    assert dict(windows.items(last=1)) == {k: list(w)[-1:] for k, w in expected.items()}
+    newest = {(f.node, g): f.ts for f in windows.newest_frames() for g in f.gpus}
+    newest.update({k: s[0] for k, s in windows.newest_apart()})
+    assert newest == {k: w[-1][0] for k, w in expected.items()}
+    assert len(windows) == len(expected)
+
+
+def _samples(node: str, ts: float, gpus: range, util: float = 99.0) -> list[GpuSample]:
+    return [GpuSample(ts=ts, node=node, gpu=g, util_pct=util, power_w=500.0 + g, sm_clock_mhz=1980.0) for g in gpus]
+
+
+def test_a_gpu_that_falls_off_keeps_its_last_sightings_and_is_reported_missing():
+    peers = GpuPeers()
+    for t in range(5):
+        peers.observe(GpuFrame.from_samples(_samples("n1", 10.0 * t, range(8))))
+    for t in range(5, 12):
+        peers.observe(GpuFrame.from_samples(_samples("n1", 10.0 * t, range(7))))  # GPU 7 fell off the bus
+    assert peers.missing(115.0, 30.0) == [("n1", 7, 40.0)]
+
+
+def test_snapshots_written_before_node_windows_resume_with_the_same_windows():
+    peers, activity = GpuPeers(), GpuActivity()
+    frames = [GpuFrame.from_samples(_samples("n1", 10.0 * t, range(4))) for t in range(8)]
+    for frame in frames:
+        peers.observe(frame)
+        activity.observe(frame, stepping=True)
+    # The state those versions pickled: a deque per GPU ((frame, column) for peers, (ts, util, power) for activity).
+    old_peers = dict(peers.__dict__, _samples={k: deque(w, maxlen=6) for k, w in peers._samples.items()})
+    old_activity = dict(activity.__dict__, _recent={k: list(w) for k, w in activity._recent.items()})
+    resumed_peers, resumed_activity = GpuPeers.__new__(GpuPeers), GpuActivity.__new__(GpuActivity)
+    resumed_peers.__setstate__(old_peers)
+    resumed_activity.__setstate__(old_activity)
+    assert list(resumed_peers._samples.items()) == list(peers._samples.items())
+    assert list(resumed_activity._recent.items()) == list(activity._recent.items())
+    later = GpuFrame.from_samples(_samples("n1", 90.0, range(4), util=100.0))
+    for detector in (activity, resumed_activity):
+        detector.observe(later, stepping=False)
+    assert resumed_activity.verdict(since=85.0) == activity.verdict(since=85.0)
+    assert pickle.loads(pickle.dumps(resumed_peers)).odd_one_out() == peers.odd_one_out()

@@ -3,8 +3,9 @@
 A node's GPUs report together, and frame after frame the same GPUs: then the node's last
 ``keep`` frames *are* each of its GPUs' last ``keep`` samples, and one append per frame keeps
 them — no per-GPU work until someone asks. A node whose frames change GPUs (one fell off the
-bus, one reported twice in an instant) has its GPUs kept one by one from then on, which is
-what every window means anyway: a GPU's last ``keep`` samples, whatever its neighbours did.
+bus, one reported twice in an instant, a sweep cut in two where a block of the replay ends)
+has its GPUs kept one by one — what every window means anyway: a GPU's last ``keep`` samples,
+whatever its neighbours did — until ``keep`` frames in a row hold every one of its GPUs again.
 
 >>> import numpy as np
 >>> from trainguard.detectors.frames import FIELDS
@@ -39,7 +40,8 @@ class GpuWindows(Generic[T]):
         self.sample = sample
         self._frames: dict[str, deque[GpuFrame]] = {}  # nodes whose frames all held the same GPUs
         self._gpus: dict[GpuKey, deque[T]] = {}  # GPUs of the other nodes, one by one
-        self._apart: set[str] = set()  # those other nodes
+        self._apart: dict[str, set[int]] = {}  # those other nodes, and their GPUs
+        self._runs: dict[str, list[GpuFrame]] = {}  # their latest frames of the same GPUs, up to ``keep``
         self._order: dict[GpuKey, None] = {}  # every GPU, in the order first seen
 
     @classmethod
@@ -47,7 +49,8 @@ class GpuWindows(Generic[T]):
         """Windows kept GPU by GPU (as detectors' snapshots before these windows held them)."""
         windows = cls(keep, sample)
         windows._gpus = gpus
-        windows._apart = {node for node, _ in gpus}
+        for node, gpu in gpus:
+            windows._apart.setdefault(node, set()).add(gpu)
         windows._order = dict.fromkeys(gpus)
         return windows
 
@@ -66,24 +69,39 @@ class GpuWindows(Generic[T]):
             for key in frame.keys:
                 self._order.setdefault(key)
             return
+        self._add(frame)
+        run = self._runs.get(node)
+        if run and (run[-1].keys is frame.keys or run[-1].keys == frame.keys):
+            run.append(frame)
+        else:
+            run = self._runs[node] = [frame]
+        if len(run) == self.keep and len(frame.gpus) == len(self._apart[node]) == len(set(frame.gpus)):
+            self._rejoin(node, run)
+
+    def _add(self, frame: GpuFrame) -> None:
+        """A frame of a node kept one GPU at a time."""
         sample, gpus = self.sample, self._gpus
+        node_gpus = self._apart[frame.node]
         for i, key in enumerate(frame.keys):
             window = gpus.get(key)
             if window is None:
                 window = gpus[key] = deque(maxlen=self.keep)
                 self._order.setdefault(key)
+                node_gpus.add(key[1])
             window.append(sample(frame, i))
 
     def _take_apart(self, node: str, frames: deque[GpuFrame]) -> None:
         del self._frames[node]
-        self._apart.add(node)
-        sample, gpus = self.sample, self._gpus
+        self._apart[node] = set()
         for frame in frames:
-            for i, key in enumerate(frame.keys):
-                window = gpus.get(key)
-                if window is None:
-                    window = gpus[key] = deque(maxlen=self.keep)
-                window.append(sample(frame, i))
+            self._add(frame)
+
+    def _rejoin(self, node: str, frames: list[GpuFrame]) -> None:
+        """The node's last ``keep`` frames held each of its GPUs once: they are its windows again."""
+        for gpu in self._apart.pop(node):
+            del self._gpus[node, gpu]
+        del self._runs[node]
+        self._frames[node] = deque(frames, maxlen=self.keep)
 
     def items(self, last: int | None = None) -> Iterator[tuple[GpuKey, list[T]]]:
         """``(GPU, its samples, oldest first)`` for every GPU, in the order they were first seen; ``last``: only
@@ -128,4 +146,5 @@ class GpuWindows(Generic[T]):
         self._frames.clear()
         self._gpus.clear()
         self._apart.clear()
+        self._runs.clear()
         self._order.clear()

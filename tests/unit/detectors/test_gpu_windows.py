@@ -75,3 +75,17 @@ def test_snapshots_written_before_node_windows_resume_with_the_same_windows():
         detector.observe(later, stepping=False)
     assert resumed_activity.verdict(since=85.0) == activity.verdict(since=85.0)
     assert pickle.loads(pickle.dumps(resumed_peers)).odd_one_out() == peers.odd_one_out()
+
+
+def test_a_node_whose_sweep_was_cut_in_two_is_kept_a_frame_at_a_time_again_once_whole():
+    windows = GpuWindows(3, _stamp)
+    zeros = np.zeros((len(FIELDS), 8))
+    windows.append(GpuFrame(0.0, "n1", tuple(range(8)), zeros))
+    windows.append(GpuFrame(10.0, "n1", (0, 1, 2), zeros[:, :3]))  # a sweep cut where a replay block ended
+    windows.append(GpuFrame(10.0, "n1", (3, 4, 5, 6, 7), zeros[:, 3:]))
+    for t in (20.0, 30.0):
+        windows.append(GpuFrame(t, "n1", tuple(range(8)), zeros))
+    assert "n1" not in windows._frames  # two whole frames: not yet its GPUs' last three samples
+    windows.append(GpuFrame(40.0, "n1", tuple(range(8)), zeros))
+    assert "n1" in windows._frames and not windows._gpus
+    assert dict(windows.items())[("n1", 4)] == [(20.0, 4), (30.0, 4), (40.0, 4)]

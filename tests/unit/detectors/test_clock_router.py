@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from trainguard.detectors.clock import EventClock
 from trainguard.detectors.events import DeadLetter, GpuSample, JobEvent, LogRecord, ProgressRecord, Tick
 from trainguard.detectors.routing import DEAD, Router, RouterSettings
@@ -182,3 +185,29 @@ def test_router_and_monitor_read_every_job_state_alike():
         monitor.observe(JobEvent(ts=1.0, job_id="7", state=state, nodes=["n1"]))
         ended = "job/7" in router.ended
         assert ended == job_states.has_ended(state) == (monitor.ended_at is not None), state
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(
+    st.lists(st.tuples(st.integers(0, 29), st.integers(0, 2)), min_size=1, max_size=120),
+    st.lists(st.integers(1, 40), min_size=1, max_size=10),
+)
+def test_however_events_are_batched_they_leave_in_timestamp_topic_offset_order(events, sizes):
+    records = [
+        # Each event up to 2.9 s out of place: within the lateness, so none is late.
+        ((topic, 0, i), ProgressRecord(ts=1000.0 + i / 2 + tenth / 10, job_id="1", node="n", rank=0, step=i))
+        for i, (tenth, topic) in enumerate(events)
+    ]
+
+    def released(batch_sizes: list[int]) -> list[tuple[float, int]]:
+        router = Router(RouterSettings(lateness_s=10, tick_s=5))  # ~20 waiting: one by one, each is put in place
+        out, i, turn = [], 0, 0
+        while i < len(records):
+            size = batch_sizes[turn % len(batch_sizes)]
+            out += router.route_batch([("p", order, event, None) for order, event in records[i : i + size]])
+            i, turn = i + size, turn + 1
+        out += router.finish()
+        return [(v.ts, v.step) for _, v in out if isinstance(v, ProgressRecord)]
+
+    expected = [(e.ts, e.step) for order, e in sorted(records, key=lambda r: (r[1].ts, r[0]))]
+    assert released([1]) == released(sizes) == expected  # one by one (into a long buffer) and in batches

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 
-from trainguard.dataflows.records import RawRecord, Routed
+from trainguard.dataflows.records import RawRecord, Routed, routed
 from trainguard.dataflows.replay_columns import GpuBlock, jsonl_blocks, line_blocks, parquet_blocks
 from trainguard.detectors.events import TOPICS, DeadLetter, GpuSample, decode, decode_block, parse_ts
 from trainguard.detectors.frames import GpuFrame, same_sweep
@@ -399,7 +399,7 @@ def merged_events(directory: Path) -> Iterator[tuple[float, Routed | DeadLetter]
     """Every record decoded, in event-time order: ``(clock, order, event, payload)`` or a dead letter."""
     for window in _merge([_topic_chunks(t, fs, decoded=True) for t, fs in topic_files(directory).items()]):
         yield from [
-            (key, item if type(item) is DeadLetter else Routed(REPLAY_CLOCK, (order, 0, offset), item, payload))
+            (key, item if type(item) is DeadLetter else routed((REPLAY_CLOCK, (order, 0, offset), item, payload)))
             for key, order, offset, item, payload in window
         ]
 

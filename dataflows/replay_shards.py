@@ -25,7 +25,7 @@ from pathlib import Path
 from bytewax.inputs import DynamicSource, StatelessSourcePartition
 
 from trainguard.dataflows.placement import key_on_worker
-from trainguard.dataflows.records import Routed
+from trainguard.dataflows.records import Routed, routed
 from trainguard.dataflows.replay import REPLAY_CLOCK, _merge, _Paced, _topic_chunks, replay_directory, topic_files
 from trainguard.detectors.events import DeadLetter, JobEvent, NodeEvent
 from trainguard.detectors.shards import Heartbeat, JobPlacement, shard_of
@@ -56,7 +56,7 @@ def shard_events(directory: Path, shard: int, shards: int) -> Iterator[tuple[flo
                     owner = owners[job] = shard_of(job, shards)
                 if owner != shard:
                     continue
-            kept.append((key, Routed(REPLAY_CLOCK, (order, 0, offset), event, payload)))
+            kept.append((key, routed((REPLAY_CLOCK, (order, 0, offset), event, payload))))
         if not kept or kept[-1][0] != window[-1][0]:
             kept.append((window[-1][0], None))  # how far the whole stream got
         yield from kept

@@ -24,7 +24,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from trainguard.dataflows.records import Routed
+from trainguard.dataflows.records import Routed, routed
 from trainguard.dataflows.replay import REPLAY_CLOCK, ReplayError, _merge, _topic_chunks, count_records, topic_files
 from trainguard.detectors.events import TOPICS, DeadLetter, JobEvent, NodeEvent, decode
 from trainguard.detectors.frames import FIELDS, GpuFrame
@@ -206,9 +206,9 @@ def split_events(folder: Path) -> Iterator[tuple[float, Routed | DeadLetter | No
                         DeadLetter(topic=TOPICS[order], partition=0, offset=offset, reason=reason, payload=payload),
                     )
                 elif frame:
-                    yield key, Routed(REPLAY_CLOCK, (order, 0, offset), _frame(payload), None)
+                    yield key, routed((REPLAY_CLOCK, (order, 0, offset), _frame(payload), None))
                 else:
                     yield (
                         key,
-                        Routed(REPLAY_CLOCK, (order, 0, offset), decode(TOPICS[order], payload, 0, offset), payload),
+                        routed((REPLAY_CLOCK, (order, 0, offset), decode(TOPICS[order], payload, 0, offset), payload)),
                     )

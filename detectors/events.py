@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import msgspec
+import numpy as np
 
 from trainguard.detectors.lenient import FIELD_WARNINGS, coerce, parse_loose
 
@@ -357,15 +358,37 @@ def decode_block(topic: str, block: bytes) -> list[Event] | None:
         return None
     if topic == "gpu" and b'"gpus"' in block:
         return None
-    if len(block) > MAX_RECORD_BYTES and max(map(len, block.split(b"\n"))) > MAX_RECORD_BYTES:
+    if len(block) > MAX_RECORD_BYTES and _longest_line(block) > MAX_RECORD_BYTES:
         return None
     try:
         events = decoder.decode_lines(block)
-        if len(events) != block.count(b"\n") or any(_settled(event) is not None for event in events):
+        if len(events) != block.count(b"\n") or not (_all_settled(events) or _each_settled(events)):
             return None
     except (msgspec.DecodeError, ValueError, OverflowError):
         return None
     return events
+
+
+def _longest_line(block: bytes) -> int:
+    """The length of the longest line of ``block`` (without its newline)."""
+    ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+    return int(np.diff(ends, prepend=-1, append=len(block)).max()) - 1
+
+
+def _each_settled(events: list[Any]) -> bool:
+    """:func:`_settled` on each record: whether the flow takes every one."""
+    return not any(_settled(event) is not None for event in events)
+
+
+def _all_settled(events: list[Any]) -> bool:
+    """Whether records need no settling at all — what :func:`_settled` would find of each, asked of the whole
+    block at once: every ``ts`` a number in range, every job id text, no log line. ``False``: ask each."""
+    if not events or LogRecord in {type(event) for event in events}:
+        return False
+    ts = np.array([event.ts for event in events])
+    if ts.dtype != np.float64 or not ((ts >= MIN_TS) & (ts <= MAX_TS)).all():  # (NaN fails too; a text ts: not float)
+        return False
+    return {type(getattr(event, "job_id", None)) for event in events} <= {str, type(None)}
 
 
 def _sweep(raw: bytes, partition: int, offset: int) -> Any:

@@ -176,6 +176,11 @@ def test_decode_block_refuses_what_must_be_read_line_by_line():
     assert decode_block("progress", good.replace(b"1796119200.5", b"1796119200500")) is None  # ms: refused
     assert decode_block("progress", good.replace(b"3}", b'"3"}')) is None  # the lenient rules' business
     assert decode_block("logs", b'{"ts": "2026-12-01T10:00:00Z", "node": "n1", "line": "x"}\n') is not None
+    # Text timestamps and number job ids are settled record by record, as decode() settles them.
+    mixed = good + good.replace(b"1796119200.5", b'"2026-12-01T10:00:00Z"').replace(b"7", b'"7"')
+    assert [(e.ts, e.job_id) for e in decode_block("progress", mixed)] == [
+        (decode("progress", line).ts, "7") for line in mixed.splitlines()
+    ]
 
 
 def test_a_file_that_starts_with_unreadable_timestamps_is_keyed_as_record_by_record(tmp_path: Path, monkeypatch):

@@ -223,8 +223,7 @@ class _Plan:
         self._folded_ac = ahocorasick_rs.AhoCorasick([w for w, _ in folded]) if folded else None
         # Strings that hold a digit: a line of a known shape may hold them or not, so they are looked for anew.
         digit_words = [(w, folded, self.by_word[i]) for (w, folded), i in words.items() if _has_digit(w)]
-        self._digit_exact = _Lookup([(w, branches) for w, folded, branches in digit_words if not folded])
-        self._digit_folded = _Lookup([(w, branches) for w, folded, branches in digit_words if folded])
+        self._digit_words = _Lookup(digit_words)
 
     def present(self, line: str) -> set[int]:
         """The ids of the required strings in ``line`` (case-insensitive ones in its lower-case form; all
@@ -259,7 +258,7 @@ class _Plan:
         shape = line.encode().translate(_ZEROS) if line.isascii() else None
         known = self._unmatched.get(shape) if shape is not None else None
         if known is not None:
-            more = self._digit_exact.branches(line) | self._digit_folded.branches(line.lower())
+            more = self._digit_words.branches(line)
             return self._first(line, sorted(more.union(known)) if more else known)
         if could_match is not None and not could_match(line):
             return None
@@ -303,18 +302,28 @@ class _Plan:
 
 
 class _Lookup:
-    """Strings to look for in a line, each standing for a set of alternatives."""
+    """Strings to look for in an ASCII line (some case-insensitive), each standing for a set of alternatives.
 
-    def __init__(self, words: list[tuple[str, frozenset[int]]]) -> None:
-        self._branches = [branches for _, branches in words]
-        self._ac = ahocorasick_rs.AhoCorasick([w for w, _ in words]) if words else None
+    One automaton over the lower-cased line finds them all: a string found there that must match case is
+    then looked for as it is.
+    """
+
+    def __init__(self, words: list[tuple[str, bool, frozenset[int]]]) -> None:
+        by_lower: dict[str, list[tuple[str, bool, frozenset[int]]]] = {}
+        for word in words:
+            by_lower.setdefault(word[0].lower(), []).append(word)
+        self._words = list(by_lower.values())
+        self._ac = ahocorasick_rs.AhoCorasick(list(by_lower)) if words else None
 
     def branches(self, line: str) -> set[int]:
         """The alternatives of the strings ``line`` holds."""
         found: set[int] = set()
         if self._ac is not None:
-            for i, _, _ in self._ac.find_matches_as_indexes(line, overlapping=True):
-                found |= self._branches[i]
+            words = self._words
+            for i, _, _ in self._ac.find_matches_as_indexes(line.lower(), overlapping=True):
+                for word, folded, branches in words[i]:
+                    if folded or word in line:
+                        found |= branches
         return found
 
 

@@ -15,6 +15,8 @@ monitor's business (per-rank scores, GPU peer comparison).
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections import deque
 from statistics import median
 
@@ -31,10 +33,19 @@ class StragglerDetector:
         self.consecutive = consecutive
         self.warmup_steps = warmup_steps
         self._baseline: deque[float] = deque(maxlen=baseline_steps)
+        # The baseline kept sorted too, for its median at every step (None: a step time that is not a finite
+        # number came, which no order can place: the median is then taken the slow way).
+        self._sorted: list[float] | None = []
         self._seen = 0
         self._slow_run: list[tuple[float, float]] = []
         self._normal_run = 0
         self._in_episode = False
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        if "_sorted" not in state:  # a snapshot from before the sorted copy
+            baseline: deque[float] = state["_baseline"]  # type: ignore[assignment]
+            state["_sorted"] = sorted(baseline) if all(math.isfinite(t) for t in baseline) else None
+        self.__dict__.update(state)
 
     def restart(self) -> None:
         self._seen = 0
@@ -48,9 +59,9 @@ class StragglerDetector:
         if self._seen <= self.warmup_steps or step_time <= 0:
             return None
         if len(self._baseline) < self._baseline.maxlen // 2:  # type: ignore[operator]
-            self._baseline.append(step_time)
+            self._learn(step_time)
             return None
-        base = median(self._baseline)
+        base = self._median()
         if step_time > self.ratio * base:
             self._slow_run.append((ts, step_time))
             self._normal_run = 0
@@ -59,13 +70,33 @@ class StragglerDetector:
                 return self._finding(ts, base)
             return None
         self._normal_run += 1
-        self._baseline.append(step_time)
+        self._learn(step_time)
         if self._normal_run >= self.consecutive:
             self._slow_run.clear()
             self._in_episode = False
         elif not self._in_episode:
             self._slow_run.clear()
         return None
+
+    def _learn(self, step_time: float) -> None:
+        """A normal step's time joins the baseline (the oldest leaves a full one)."""
+        baseline, kept = self._baseline, self._sorted
+        if kept is not None:
+            if not math.isfinite(step_time):
+                self._sorted = None
+            else:
+                if len(baseline) == baseline.maxlen:
+                    del kept[bisect.bisect_left(kept, baseline[0])]
+                bisect.insort(kept, step_time)
+        baseline.append(step_time)
+
+    def _median(self) -> float:
+        """``statistics.median`` of the baseline, from its sorted copy."""
+        kept = self._sorted
+        if not kept:
+            return median(self._baseline)
+        n = len(kept)
+        return kept[n // 2] if n % 2 else (kept[n // 2 - 1] + kept[n // 2]) / 2
 
     def _finding(self, ts: float, base: float) -> Finding:
         slow = median(t for _, t in self._slow_run)

@@ -1,0 +1,32 @@
+"""The straggler detector's baseline median, kept sorted, is the median of its window."""
+
+from __future__ import annotations
+
+import math
+import pickle
+from statistics import median
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainguard.detectors.straggler import StragglerDetector
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    st.lists(st.one_of(st.floats(0.5, 3.0), st.sampled_from([1.0, 2.0, math.nan])), min_size=20, max_size=120),
+    st.integers(2, 12),
+)
+def test_the_kept_median_is_the_windows_median_and_old_snapshots_resume(times, window):
+    det = StragglerDetector(baseline_steps=window, warmup_steps=0)
+    for i, step_time in enumerate(times):
+        det.observe_step(float(i), step_time)
+        if len(det._baseline) and not any(math.isnan(t) for t in det._baseline):
+            assert det._median() == median(det._baseline)
+    old = dict(det.__dict__)
+    del old["_sorted"]  # a snapshot from before the sorted copy
+    resumed = StragglerDetector.__new__(StragglerDetector)
+    resumed.__setstate__(pickle.loads(pickle.dumps(old)))
+    for i, step_time in enumerate(times[:10], start=len(times)):
+        assert repr(resumed.observe_step(float(i), step_time)) == repr(det.observe_step(float(i), step_time))
+        assert repr(list(resumed._baseline)) == repr(list(det._baseline))  # (NaN is not equal to itself)

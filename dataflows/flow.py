@@ -65,16 +65,18 @@ from trainguard.detectors.signatures import use_site_signatures
 # ---------------------------------------------------------------- stateful steps
 
 
-class RouterLogic(StatefulBatchLogic[Routed | DeadLetter, tuple[str, Any], bytes]):
+class RouterLogic(StatefulBatchLogic[Routed | DeadLetter | list[Routed | DeadLetter], tuple[str, Any], bytes]):
     """Bytewax shell around :class:`Router`; live mode also ticks on wall-clock idle."""
 
     def __init__(self, router: Router, live: bool) -> None:
         self.router = router
         self.live = live
 
-    def on_batch(self, values: list[Routed | DeadLetter]) -> tuple[list[tuple[str, Any]], bool]:
+    def on_batch(self, values: list[Routed | DeadLetter | list[Routed | DeadLetter]]) -> tuple[list[Any], bool]:
         started = time.perf_counter()
         wall = time.time() if self.live else None
+        if list in {type(v) for v in values}:  # a replay's batches travel as one item each
+            values = _flat(values)
         dead = [(DEAD, v) for v in values if type(v) is DeadLetter]  # refused by the decoder: pass them on
         out = self.router.route_batch([v for v in values if type(v) is not DeadLetter] if dead else values, wall)  # type: ignore[arg-type]
         if dead:
@@ -226,11 +228,20 @@ _TOPIC_ORDER = {t: i for i, t in enumerate(TOPICS)}
 _TOPIC_COUNT = len(TOPICS)
 
 
-def _decode_batch(batch: list[RawRecord | Routed | DeadLetter]) -> list[tuple[str, Routed | DeadLetter]]:
-    """Decode a batch for the router; replay sources hand over records they already decoded."""
-    out: list[tuple[str, Routed | DeadLetter]] = []
+def _decode_batch(
+    batch: list[RawRecord | Routed | DeadLetter | list[Routed | DeadLetter]],
+) -> list[tuple[str, Routed | DeadLetter | list[Routed | DeadLetter]]]:
+    """Decode a batch for the router; replay sources hand over records they already decoded (a whole batch of
+    them as one item, which goes on as one)."""
+    out: list[tuple[str, Routed | DeadLetter | list[Routed | DeadLetter]]] = []
     counts = [0] * _TOPIC_COUNT  # events per topic, for the metrics
     for rec in batch:
+        if type(rec) is list:
+            for item in rec:
+                if type(item) is Routed and (topic := item[1][0]) < _TOPIC_COUNT:
+                    counts[topic] += len(item.event) if type(item.event) is GpuFrame else 1  # a frame: its records
+            out.append(("router", rec))
+            continue
         if type(rec) is Routed:  # already decoded by the source (replay), or a live partition's drain report
             out.append(("router", rec))
             topic = rec[1][0]
@@ -254,15 +265,26 @@ def _decode_batch(batch: list[RawRecord | Routed | DeadLetter]) -> list[tuple[st
     return out
 
 
+def _flat(values: list[Routed | DeadLetter | list[Routed | DeadLetter]]) -> list[Routed | DeadLetter]:
+    """Records and batches of records as records, in order."""
+    out: list[Routed | DeadLetter] = []
+    for value in values:
+        if type(value) is list:
+            out += value
+        else:
+            out.append(value)  # type: ignore[arg-type]
+    return out
+
+
 def _sharder(shards: int) -> Callable[[list[tuple[str, Routed | DeadLetter]]], list[tuple[str, Any]]]:
     """Send each decoded record to the router shard that owns its job, or to every shard (see ``routing``)."""
     # Shard i's key lives on worker i when there are as many workers as shards.
     keys = [key_on_worker("router", i, shards) for i in range(shards)]
 
-    def shard(batch: list[tuple[str, Routed | DeadLetter]]) -> list[tuple[str, Any]]:
+    def shard(batch: list[tuple[str, Routed | DeadLetter | list[Routed | DeadLetter]]]) -> list[tuple[str, Any]]:
         out: list[tuple[str, Any]] = []
         progress: dict[str, float] = {}
-        for _, rec in batch:
+        for rec in _flat([rec for _, rec in batch]):
             if type(rec) is DeadLetter:
                 out.append((keys[0], rec))  # a dead letter: reported once
                 continue

@@ -469,15 +469,16 @@ class _Paced:
         return wall_start + (key - first_ts) / self._speed
 
 
-class _ReplayPartition(StatefulSourcePartition[Routed | DeadLetter, int]):
+class _ReplayPartition(StatefulSourcePartition[list[Routed | DeadLetter], int]):
     def __init__(self, paced: _Paced, resume: int | None) -> None:
         self._paced = paced
         self._emitted = paced.skip(resume or 0)  # recovery: skip what was already emitted
 
-    def next_batch(self) -> list[Routed | DeadLetter]:
+    def next_batch(self) -> list[list[Routed | DeadLetter]]:
         batch = self._paced.next_batch()
         self._emitted += len(batch)
-        return batch
+        # The batch as one item: Bytewax moves one object to the router, not a few thousand.
+        return [batch] if batch else []
 
     def next_awake(self) -> datetime | None:
         return self._paced.awake
@@ -486,7 +487,7 @@ class _ReplayPartition(StatefulSourcePartition[Routed | DeadLetter, int]):
         return self._emitted
 
 
-class ReplaySource(FixedPartitionedSource[Routed | DeadLetter, int]):
+class ReplaySource(FixedPartitionedSource[list[Routed | DeadLetter], int]):
     """All topics of a replay directory as one time-ordered partition.
 
     ``speed=None`` replays as fast as possible; ``speed=60`` plays one hour of

@@ -396,12 +396,69 @@ def merged_records(directory: Path) -> Iterator[tuple[float, RawRecord]]:
 
 
 def merged_events(directory: Path) -> Iterator[tuple[float, Routed | DeadLetter]]:
-    """Every record decoded, in event-time order: ``(clock, order, event, payload)`` or a dead letter."""
-    for window in _merge([_topic_chunks(t, fs, decoded=True) for t, fs in topic_files(directory).items()]):
-        yield from [
-            (key, item if type(item) is DeadLetter else routed((REPLAY_CLOCK, (order, 0, offset), item, payload)))
-            for key, order, offset, item, payload in window
-        ]
+    """Every record decoded, in event-time order, with its sort key: ``(clock, order, event, payload)`` or a
+    dead letter."""
+    for window in _decoded_windows(directory):
+        yield from zip([record[0] for record in window], _records(window), strict=True)
+
+
+def merged_event_windows(directory: Path) -> Iterator[list[Routed | DeadLetter]]:
+    """The records of :func:`merged_events`, a list at a time (no Python step per record to hand them on)."""
+    for window in _decoded_windows(directory):
+        yield _records(window)
+
+
+def _decoded_windows(directory: Path) -> Iterator[list[tuple[float, int, int, Any, bytes | None]]]:
+    return _merge([_topic_chunks(t, fs, decoded=True) for t, fs in topic_files(directory).items()])  # type: ignore[arg-type]
+
+
+def _records(window: list[tuple[float, int, int, Any, bytes | None]]) -> list[Routed | DeadLetter]:
+    return [
+        item if type(item) is DeadLetter else routed((REPLAY_CLOCK, (order, 0, offset), item, payload))
+        for _, order, offset, item, payload in window
+    ]
+
+
+class _Windows:
+    """Batches cut from lists of records as fast as possible (what :class:`_Paced` does at full speed, without
+    a Python step per record)."""
+
+    def __init__(
+        self, windows: Iterator[list[Routed | DeadLetter]], batch_size: int, on_progress: Callable[[int], None] | None
+    ) -> None:
+        self._windows = windows
+        self._batch_size = batch_size
+        self._on_progress = on_progress
+        self._window: list[Routed | DeadLetter] = []
+        self._at = 0
+        self.awake: datetime | None = None
+
+    def skip(self, n: int) -> int:
+        """Drop the next ``n`` records (already processed before a restart); how many there were."""
+        return len(self._take(n))
+
+    def next_batch(self) -> list[Routed | DeadLetter]:
+        """The next batch; raises ``StopIteration`` once the records are exhausted."""
+        batch = self._take(self._batch_size)
+        if not batch:
+            raise StopIteration
+        if self._on_progress is not None:
+            self._on_progress(len(batch))
+        return batch
+
+    def _take(self, n: int) -> list[Routed | DeadLetter]:
+        out: list[Routed | DeadLetter] = []
+        while len(out) < n:
+            if self._at >= len(self._window):
+                window = next(self._windows, None)
+                if window is None:
+                    break
+                self._window, self._at = window, 0
+                continue
+            end = self._at + n - len(out)
+            out += self._window[self._at : end]
+            self._at = end
+        return out
 
 
 class _Paced:
@@ -470,7 +527,7 @@ class _Paced:
 
 
 class _ReplayPartition(StatefulSourcePartition[list[Routed | DeadLetter], int]):
-    def __init__(self, paced: _Paced, resume: int | None) -> None:
+    def __init__(self, paced: _Paced | _Windows, resume: int | None) -> None:
         self._paced = paced
         self._emitted = paced.skip(resume or 0)  # recovery: skip what was already emitted
 
@@ -504,5 +561,9 @@ class ReplaySource(FixedPartitionedSource[list[Routed | DeadLetter], int]):
         return ["replay"]
 
     def build_part(self, step_id: str, for_part: str, resume_state: int | None) -> _ReplayPartition:
+        if self.speed is None:
+            return _ReplayPartition(
+                _Windows(merged_event_windows(self.directory), self.batch_size, self.on_progress), resume_state
+            )
         paced = _Paced(merged_events(self.directory), self.speed, self.batch_size, self.on_progress)
         return _ReplayPartition(paced, resume_state)

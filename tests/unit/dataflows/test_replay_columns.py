@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import threading
@@ -246,3 +247,20 @@ def test_reading_ahead_keeps_the_order_raises_where_asked_and_stops_when_closed(
     ahead.close()
     assert not any(t.name == "trainguard-read-ahead" and t.is_alive() for t in threading.enumerate())
     assert len(made) <= 6  # stopped a couple of items ahead, not read to the end
+
+
+def test_batches_cut_from_windows_are_the_records_in_order_and_skip_resumes_where_it_left(tmp_path: Path):
+    rng = random.Random(9)
+    (tmp_path / "progress.jsonl").write_bytes(b"\n".join(_progress_lines(rng, 5000)) + b"\n")
+    records = [item for _, item in replay.merged_events(tmp_path)]
+    batches = replay._Windows(replay.merged_event_windows(tmp_path), 333, None)
+    got = []
+    with contextlib.suppress(StopIteration):
+        while True:
+            batch = batches.next_batch()
+            assert 0 < len(batch) <= 333
+            got += batch
+    assert got == records
+    resumed = replay._Windows(replay.merged_event_windows(tmp_path), 333, None)
+    assert resumed.skip(1234) == 1234
+    assert resumed.next_batch() == records[1234 : 1234 + 333]

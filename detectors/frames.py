@@ -83,7 +83,8 @@ def throttle_mask(reasons: int | list[str] | None) -> int:
 def rare_rows(values: np.ndarray) -> np.ndarray:
     """Per GPU (column): does its sample carry news on its own — an Xid, a row remap pending or failed,
     a slowdown throttle reason? ``values`` is ``(field, GPU)``, any number of GPUs (a whole file's)."""
-    throttle = np.nan_to_num(values[_THROTTLE], nan=0.0).astype(np.int64)
+    reasons = values[_THROTTLE]
+    throttle = np.where(reasons == reasons, reasons, 0.0).astype(np.int64)  # NaN (unreported): no reason
     return (
         ~np.isnan(values[_XID])
         | (values[_PENDING] > 0)  # (NaN compares false)
@@ -105,7 +106,7 @@ class GpuFrame:
     ``job_id`` is stamped by the router (the job running on the node), never by producers.
     """
 
-    __slots__ = ("gpus", "job_id", "keys", "node", "pci_bus_id", "rare", "ts", "uuid", "values")
+    __slots__ = ("_counters", "gpus", "job_id", "keys", "node", "pci_bus_id", "rare", "ts", "uuid", "values")
 
     def __init__(
         self,
@@ -133,6 +134,7 @@ class GpuFrame:
                 _KEYS.clear()
             keys = _KEYS[node, gpus] = tuple([(node, g) for g in gpus])
         self.keys = keys
+        self._counters: bytes | None = None  # counter_key(), once asked (a frame's values never change)
 
     def __len__(self) -> int:
         return len(self.gpus)
@@ -152,7 +154,10 @@ class GpuFrame:
 
     def counter_key(self) -> bytes:
         """The cumulative counters of every GPU, as bytes: equal bytes, no counter moved."""
-        return self.values[:COUNTERS].tobytes()
+        key = self._counters
+        if key is None:
+            key = self._counters = self.values[:COUNTERS].tobytes()
+        return key
 
     def sample(self, i: int) -> GpuSample:
         """Column ``i`` as the wire contract's record."""

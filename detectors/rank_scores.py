@@ -43,12 +43,8 @@ from __future__ import annotations
 from collections import deque
 from statistics import median
 
-import numpy as np
-
 from trainguard.detectors.findings import Finding
 from trainguard.detectors.pipeline import StageBalance
-
-_ARRAY_FROM = 16  # ranks with a full window from which one array is cheaper than a median each
 
 
 class RankScorer:
@@ -116,17 +112,7 @@ class RankScorer:
         self._start_run()
 
     def _medians(self) -> dict[int, float]:
-        full = [(r, t) for r, t in self._times.items() if len(t) == self.window]
-        if len(full) < _ARRAY_FROM:
-            return {r: median(t) for r, t in full}
-        # Many ranks: one numpy median over the windows stacked (the same values as statistics.median's,
-        # which averages the two middle ones with the same ``(a + b) / 2``) — unless a NaN has no place.
-        stacked = np.array([t for _, t in full], dtype=np.float64)
-        if np.isnan(stacked).any():
-            return {r: median(t) for r, t in full}
-        with np.errstate(all="ignore"):  # (an infinity averaged with its opposite is NaN, as statistics says)
-            middles = np.median(stacked, axis=1).tolist()
-        return dict(zip([r for r, _ in full], middles, strict=True))
+        return {r: median(t) for r, t in self._times.items() if len(t) == self.window}
 
     def scores(self) -> dict[int, tuple[float, float]]:
         """``rank -> (relative, individual)`` for ranks with a full window.

@@ -83,7 +83,8 @@ class GpuBlock:
         sort key and offset (its first row's)."""
         ts, names, node, gpu = self.ts, self.names, self.node.tolist(), self.gpu
         starts = self._starts()
-        rare = np.logical_or.reduceat(rare_rows(self.values), starts).tolist()
+        rows = rare_rows(self.values)
+        rare, rare_gpus = np.logical_or.reduceat(rows, starts).tolist(), rows.tolist()
         ends = [*starts[1:], len(ts)]
         values, uuid, pci = self.values, self.uuid, self.pci_bus_id
         frames = [
@@ -96,6 +97,7 @@ class GpuBlock:
                 pci[a:b] if pci else None,
                 None,
                 r,
+                rare_gpus[a:b] if r else None,
             )
             for a, b, r in zip(starts, ends, rare, strict=True)
         ]

@@ -106,7 +106,19 @@ class GpuFrame:
     ``job_id`` is stamped by the router (the job running on the node), never by producers.
     """
 
-    __slots__ = ("_counters", "gpus", "job_id", "keys", "node", "pci_bus_id", "rare", "ts", "uuid", "values")
+    __slots__ = (
+        "_counters",
+        "_rare_gpus",
+        "gpus",
+        "job_id",
+        "keys",
+        "node",
+        "pci_bus_id",
+        "rare",
+        "ts",
+        "uuid",
+        "values",
+    )
 
     def __init__(
         self,
@@ -118,6 +130,7 @@ class GpuFrame:
         pci_bus_id: Sequence[str | None] | None = None,
         job_id: str | None = None,
         rare: bool | None = None,
+        rare_gpus: list[bool] | None = None,
     ) -> None:
         self.ts = ts
         self.node = node
@@ -135,6 +148,7 @@ class GpuFrame:
             keys = _KEYS[node, gpus] = tuple([(node, g) for g in gpus])
         self.keys = keys
         self._counters: bytes | None = None  # counter_key(), once asked (a frame's values never change)
+        self._rare_gpus = rare_gpus  # rare_gpus(), if whoever cut the frame worked it out already
 
     def __len__(self) -> int:
         return len(self.gpus)
@@ -151,6 +165,13 @@ class GpuFrame:
     def column(self, field: str) -> np.ndarray:
         """One field across the frame's GPUs (NaN where a GPU did not report it)."""
         return self.values[COLUMN[field]]
+
+    def rare_gpus(self) -> list[bool]:
+        """Per GPU: whether its sample is news on its own (:func:`rare_rows` of the frame)."""
+        found = self._rare_gpus
+        if found is None:
+            found = self._rare_gpus = rare_rows(self.values).tolist()
+        return found
 
     def counter_key(self) -> bytes:
         """The cumulative counters of every GPU, as bytes: equal bytes, no counter moved."""

@@ -33,7 +33,6 @@ from trainguard.detectors.frames import (
     GpuFrame,
     as_frame,
     nulls,
-    rare_rows,
     throttle_mask,
 )
 from trainguard.detectors.ids import gpu_id
@@ -124,7 +123,7 @@ class GpuHealth:
             for i, key in enumerate(before.keys):  # GPUs this frame lacks keep their last sample here
                 if key[1] not in frame.gpus:
                     self._last[key] = (before, i)
-        rare = rare_rows(frame.values).tolist() if frame.rare else None  # which GPUs carry the news
+        rare = frame.rare_gpus() if frame.rare else None  # which GPUs carry the news
         # Which GPUs' counters moved since the node's last frame, when it had the same GPUs (bit for bit,
         # as the bytes compared above): the others need judging only if rare or being counted as throttled.
         moved = _moved(before, frame) if before is not None and before.gpus == frame.gpus else None

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from trainguard.dataflows import replay
 from trainguard.dataflows.replay_columns import _BLOCK_BYTES, jsonl_blocks, read_ahead
 from trainguard.detectors.events import DeadLetter, decode
-from trainguard.detectors.frames import GpuFrame, throttle_mask
+from trainguard.detectors.frames import GpuFrame, rare_rows, throttle_mask
 
 T0 = 1_796_119_200.0
 
@@ -75,6 +75,9 @@ def test_clean_json_lines_become_frames_of_a_node_and_instant(tmp_path: Path):
     assert all(type(e) is GpuFrame and len(e) == 8 for e in items) and len(items) == 40 * 3
     assert [block is not None for block, _ in jsonl_blocks(tmp_path / "gpu.jsonl")] == [True]
     assert _as_records(tmp_path) == _decoded_one_by_one(lines)
+    # Which GPUs of a frame are news on their own, as the block worked it out: what the frame's values say.
+    assert any(e.rare for e in items)
+    assert all(e.rare_gpus() == rare_rows(e.values).tolist() and e.rare == any(e.rare_gpus()) for e in items)
 
 
 def test_odd_records_are_read_as_the_decoder_reads_them(tmp_path: Path, monkeypatch):

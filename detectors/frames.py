@@ -108,6 +108,7 @@ class GpuFrame:
 
     __slots__ = (
         "_counters",
+        "_made",
         "_rare_gpus",
         "gpus",
         "job_id",
@@ -149,6 +150,7 @@ class GpuFrame:
         self.keys = keys
         self._counters: bytes | None = None  # counter_key(), once asked (a frame's values never change)
         self._rare_gpus = rare_gpus  # rare_gpus(), if whoever cut the frame worked it out already
+        self._made: dict[int, GpuSample] | None = None  # sample(i) once made (GPU health asks twice: now, as last)
 
     def __len__(self) -> int:
         return len(self.gpus)
@@ -181,7 +183,16 @@ class GpuFrame:
         return key
 
     def sample(self, i: int) -> GpuSample:
-        """Column ``i`` as the wire contract's record."""
+        """Column ``i`` as the wire contract's record (made once: not to be changed)."""
+        made = self._made
+        if made is None:
+            made = self._made = {}
+        found = made.get(i)
+        if found is None:
+            found = made[i] = self._record(i)
+        return found
+
+    def _record(self, i: int) -> GpuSample:
         fields: dict[str, object] = {}
         for row, value in enumerate(self.values[:, i].tolist()):
             if value == value:  # not NaN
@@ -197,8 +208,8 @@ class GpuFrame:
         )
 
     def samples(self) -> Iterator[GpuSample]:
-        """Every GPU's record, in column order."""
-        return (self.sample(i) for i in range(len(self.gpus)))
+        """Every GPU's record, in column order (new ones: a plugin may do with them as it likes)."""
+        return (self._record(i) for i in range(len(self.gpus)))
 
     @classmethod
     def from_samples(cls, samples: Sequence[GpuSample]) -> GpuFrame:

@@ -116,6 +116,8 @@ class JobMonitor:
         self._next_lost_check = float("-inf")
         self._next_rank_eval = float("-inf")
         self.plugins: list[Detector] = [load_factory(spec)(job_id, s) for spec in s.plugins]
+        self._gpu_names = GpuNames()
+        self._stack_dumps = HangStacks()  # the job's py-spy dumps (``stacks`` records)
 
     def __setstate__(self, state: dict[str, object]) -> None:
         # A snapshot written before the anomaly lifecycle still resumes (an upgrade must not
@@ -135,6 +137,8 @@ class JobMonitor:
         state.setdefault("_wrap_tail", None)
         state.setdefault("liveness", Liveness())
         state.setdefault("_stopped_at", None)
+        state.setdefault("_gpu_names", GpuNames())  # (snapshots before 0.2 have none)
+        state.setdefault("_stack_dumps", HangStacks())  # (nor before stack dumps)
         self.__dict__.update(state)
 
     # -- events -------------------------------------------------------------------
@@ -327,12 +331,12 @@ class JobMonitor:
 
     @property
     def gpu_names(self) -> GpuNames:
-        return self.__dict__.setdefault("_gpu_names", GpuNames())  # (snapshots before 0.2 have none)
+        return self._gpu_names
 
     @property
     def stack_dumps(self) -> HangStacks:
-        """The job's py-spy dumps (``stacks`` records); snapshots written before them have none."""
-        return self.__dict__.setdefault("_stack_dumps", HangStacks())
+        """The job's py-spy dumps (``stacks`` records)."""
+        return self._stack_dumps
 
     def _gpu(self, frame: GpuFrame) -> list[Anomaly]:
         _learn_addresses(self.gpu_names, frame)
@@ -494,10 +498,12 @@ class NodeMonitor:
         self.idle_evict_s = 3600.0
         self.down: Anomaly | None = None  # the open "node down" anomaly
         self._told: dict[tuple[str, tuple[str, ...]], float] = {}  # notice (category, GPUs) -> when last given
+        self._gpu_names = GpuNames()
 
     def __setstate__(self, state: dict[str, object]) -> None:
         state.setdefault("down", None)
         state.setdefault("_told", {})
+        state.setdefault("_gpu_names", GpuNames())  # (snapshots before 0.2 have none)
         self.__dict__.update(state)
 
     def observe(self, event: Event | GpuFrame) -> list[Anomaly]:
@@ -566,7 +572,7 @@ class NodeMonitor:
 
     @property
     def gpu_names(self) -> GpuNames:
-        return self.__dict__.setdefault("_gpu_names", GpuNames())
+        return self._gpu_names
 
     def _anomaly(self, f: Finding, job_id: str | None) -> Anomaly:
         f.gpus = self.gpu_names.name(f.gpus)

@@ -58,13 +58,19 @@ class GpuActivity:
         self.keep = keep
         # Each GPU's last ``keep`` samples as (ts, util, power); NaN (or, in older snapshots, None): not reported.
         self._recent: GpuWindows[Reading] = GpuWindows(keep, _reading)
-        self._train_power: dict[GpuKey, float] = {}
+        self._train_power: dict[str, dict[int, float]] = {}  # node -> GPU -> level
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         if type(state["_recent"]) is dict:  # a snapshot written before node windows: each GPU's (lists, once)
             keep = state["keep"]
             gpus = {k: deque(v, maxlen=keep) for k, v in state["_recent"].items()}
             state["_recent"] = GpuWindows.of_gpus(keep, _reading, gpus)
+        levels = state["_train_power"]
+        if levels and type(next(iter(levels))) is tuple:  # (once kept per (node, GPU))
+            by_node: dict[str, dict[int, float]] = {}
+            for (node, gpu), level in levels.items():
+                by_node.setdefault(node, {})[gpu] = level
+            state["_train_power"] = by_node
         self.__dict__.update(state)
 
     def observe(self, sample: GpuSample | GpuFrame, stepping: bool) -> None:
@@ -75,11 +81,13 @@ class GpuActivity:
         if stepping:
             values = frame.values
             utils, powers = values[UTIL].tolist(), values[POWER].tolist()  # (rows by plain indexing: far cheaper)
-            levels = self._train_power
-            for key, util, power in zip(frame.keys, utils, powers, strict=True):
+            levels = self._train_power.get(frame.node)
+            if levels is None:
+                levels = self._train_power[frame.node] = {}
+            for gpu, util, power in zip(frame.gpus, utils, powers, strict=True):
                 if power == power and util >= BUSY_UTIL:  # (NaN compares false: not reported)
-                    level = levels.get(key)
-                    levels[key] = power if level is None else level + TRAIN_EWM * (power - level)
+                    level = levels.get(gpu)
+                    levels[gpu] = power if level is None else level + TRAIN_EWM * (power - level)
 
     def forget(self) -> None:
         """The job restarted: recent samples no longer describe it (the learned levels still do)."""
@@ -97,10 +105,11 @@ class GpuActivity:
         util = {k: median(u for _, u, _ in v if _known(u)) for k, v in per_gpu.items() if _has(v, 1)}
         if not util:
             return Verdict("unknown", rounds)
+        trained = self._train_power
         share = {
-            k: median(p for _, _, p in v if _known(p)) / self._train_power[k]
+            k: median(p for _, _, p in v if _known(p)) / trained[k[0]][k[1]]
             for k, v in per_gpu.items()
-            if _has(v, 2) and self._train_power.get(k)
+            if _has(v, 2) and trained.get(k[0], {}).get(k[1])
         }
         busy = [k for k, u in util.items() if u >= SPIN_UTIL]
         idle = [k for k, u in util.items() if u < IDLE_UTIL]

@@ -43,8 +43,8 @@ def test_windows_hold_each_gpus_last_samples_in_first_seen_order(steps, keep):
     assert len(windows) == len(expected)
 
 
-def _samples(node: str, ts: float, gpus: range, util: float = 99.0) -> list[GpuSample]:
-    return [GpuSample(ts=ts, node=node, gpu=g, util_pct=util, power_w=500.0 + g, sm_clock_mhz=1980.0) for g in gpus]
+def _samples(node: str, ts: float, gpus: range, util: float = 99.0, power: float = 500.0) -> list[GpuSample]:
+    return [GpuSample(ts=ts, node=node, gpu=g, util_pct=util, power_w=power + g, sm_clock_mhz=1980.0) for g in gpus]
 
 
 def test_a_gpu_that_falls_off_keeps_its_last_sightings_and_is_reported_missing():
@@ -64,16 +64,21 @@ def test_snapshots_written_before_node_windows_resume_with_the_same_windows():
         activity.observe(frame, stepping=True)
     # The state those versions pickled: a deque per GPU ((frame, column) for peers, (ts, util, power) for activity).
     old_peers = dict(peers.__dict__, _samples={k: deque(w, maxlen=6) for k, w in peers._samples.items()})
-    old_activity = dict(activity.__dict__, _recent={k: list(w) for k, w in activity._recent.items()})
+    old_activity = dict(
+        activity.__dict__,
+        _recent={k: list(w) for k, w in activity._recent.items()},
+        _train_power={(n, g): level for n, levels in activity._train_power.items() for g, level in levels.items()},
+    )
     resumed_peers, resumed_activity = GpuPeers.__new__(GpuPeers), GpuActivity.__new__(GpuActivity)
     resumed_peers.__setstate__(old_peers)
     resumed_activity.__setstate__(old_activity)
     assert list(resumed_peers._samples.items()) == list(peers._samples.items())
     assert list(resumed_activity._recent.items()) == list(activity._recent.items())
-    later = GpuFrame.from_samples(_samples("n1", 90.0, range(4), util=100.0))
+    later = GpuFrame.from_samples(_samples("n1", 90.0, range(4), util=100.0, power=200.0))  # busy, at 40 %: spinning
     for detector in (activity, resumed_activity):
         detector.observe(later, stepping=False)
     assert resumed_activity.verdict(since=85.0) == activity.verdict(since=85.0)
+    assert activity.verdict(since=85.0).state == "spinning"  # (the learned power levels were read)
     assert pickle.loads(pickle.dumps(resumed_peers)).odd_one_out() == peers.odd_one_out()
 
 

@@ -276,7 +276,9 @@ def _flat(values: list[Routed | DeadLetter | list[Routed | DeadLetter]]) -> list
     return out
 
 
-def _sharder(shards: int) -> Callable[[list[tuple[str, Routed | DeadLetter]]], list[tuple[str, Any]]]:
+def _sharder(
+    shards: int,
+) -> Callable[[list[tuple[str, Routed | DeadLetter | list[Routed | DeadLetter]]]], list[tuple[str, Any]]]:
     """Send each decoded record to the router shard that owns its job, or to every shard (see ``routing``)."""
     # Shard i's key lives on worker i when there are as many workers as shards.
     keys = [key_on_worker("router", i, shards) for i in range(shards)]

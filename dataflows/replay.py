@@ -435,7 +435,12 @@ class _Windows:
 
     def skip(self, n: int) -> int:
         """Drop the next ``n`` records (already processed before a restart); how many there were."""
-        return len(self._take(n))
+        skipped = 0
+        while skipped < n and self._more():
+            step = min(n - skipped, len(self._window) - self._at)
+            self._at += step
+            skipped += step
+        return skipped
 
     def next_batch(self) -> list[Routed | DeadLetter]:
         """The next batch; raises ``StopIteration`` once the records are exhausted."""
@@ -448,17 +453,20 @@ class _Windows:
 
     def _take(self, n: int) -> list[Routed | DeadLetter]:
         out: list[Routed | DeadLetter] = []
-        while len(out) < n:
-            if self._at >= len(self._window):
-                window = next(self._windows, None)
-                if window is None:
-                    break
-                self._window, self._at = window, 0
-                continue
+        while len(out) < n and self._more():
             end = self._at + n - len(out)
             out += self._window[self._at : end]
-            self._at = end
+            self._at = min(end, len(self._window))
         return out
+
+    def _more(self) -> bool:
+        """Whether records remain (the next window taken up when this one is used)."""
+        while self._at >= len(self._window):
+            window = next(self._windows, None)
+            if window is None:
+                return False
+            self._window, self._at = window, 0
+        return True
 
 
 class _Paced:

@@ -203,6 +203,10 @@ def read_ahead(items: Iterator[_T], depth: int = 1) -> Iterator[_T]:
             ready.put((False, None))
         except BaseException as error:  # handed to the reader, which raises it where it was asked for
             ready.put((False, error))
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()  # (here, in the thread that runs it: its file closes now, not when collected)
 
     thread = threading.Thread(target=make, name="trainguard-read-ahead", daemon=True)
     thread.start()
@@ -249,8 +253,7 @@ def _parse_lines(block: bytes) -> GpuBlock | None:
     if not len(ends) or lengths.min() < 2 or lengths.max() > MAX_RECORD_BYTES or b"\r" in block:
         return None
     # polars would read a number where a node's name belongs as its text; the decoder refuses it.
-    named = block.count(b'"node":"')  # (compact JSON, as the collectors write it: one scan)
-    if named != len(ends) and named + block.count(b'"node": "') != len(ends):
+    if block.count(b'"node":"') + block.count(b'"node": "') != len(ends):
         return None
     try:
         # Read to the contract's types: a value of another type (a numeric string, a boolean, a float

@@ -41,7 +41,7 @@ class GpuWindows(Generic[T]):
         self._frames: dict[str, deque[GpuFrame]] = {}  # nodes whose frames all held the same GPUs
         self._gpus: dict[GpuKey, deque[T]] = {}  # GPUs of the other nodes, one by one
         self._apart: dict[str, set[int]] = {}  # those other nodes, and their GPUs
-        self._runs: dict[str, list[GpuFrame]] = {}  # their latest frames of the same GPUs, up to ``keep``
+        self._runs: dict[str, deque[GpuFrame]] = {}  # their latest frames of the same GPUs, up to ``keep``
         self._order: dict[GpuKey, None] = {}  # every GPU, in the order first seen
 
     @classmethod
@@ -65,16 +65,18 @@ class GpuWindows(Generic[T]):
                 return
             self._take_apart(node, frames)  # other GPUs than before: one by one from now on
         elif node not in self._apart:
-            self._frames[node] = deque((frame,), maxlen=self.keep)
             for key in frame.keys:
                 self._order.setdefault(key)
-            return
+            if len(set(frame.gpus)) == len(frame.gpus):
+                self._frames[node] = deque((frame,), maxlen=self.keep)
+                return
+            self._apart[node] = set()  # a GPU twice in one frame: its columns are not its windows
         self._add(frame)
         run = self._runs.get(node)
         if run and (run[-1].keys is frame.keys or run[-1].keys == frame.keys):
             run.append(frame)
         else:
-            run = self._runs[node] = [frame]
+            run = self._runs[node] = deque((frame,), maxlen=self.keep)
         if len(run) == self.keep and len(frame.gpus) == len(self._apart[node]) == len(set(frame.gpus)):
             self._rejoin(node, run)
 
@@ -96,12 +98,12 @@ class GpuWindows(Generic[T]):
         for frame in frames:
             self._add(frame)
 
-    def _rejoin(self, node: str, frames: list[GpuFrame]) -> None:
+    def _rejoin(self, node: str, frames: deque[GpuFrame]) -> None:
         """The node's last ``keep`` frames held each of its GPUs once: they are its windows again."""
         for gpu in self._apart.pop(node):
             del self._gpus[node, gpu]
         del self._runs[node]
-        self._frames[node] = deque(frames, maxlen=self.keep)
+        self._frames[node] = frames
 
     def items(self, last: int | None = None) -> Iterator[tuple[GpuKey, list[T]]]:
         """``(GPU, its samples, oldest first)`` for every GPU, in the order they were first seen; ``last``: only

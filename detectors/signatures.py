@@ -259,11 +259,13 @@ class _Plan:
         known = self._unmatched.get(shape) if shape is not None else None
         if known is not None:
             more = self._digit_words.branches(line)
-            return self._first(line, sorted(more.union(known)) if more else known)
+            found = self._first_match(line, sorted(more.union(known)) if more else known)
+            # (The pre-filter's words hold digits too: a line it turns away finds nothing, whatever its shape.)
+            return None if found is None or (could_match is not None and not could_match(line)) else found
         if could_match is not None and not could_match(line):
             return None
         candidates = self.candidates(line)
-        found = self._first(line, candidates)
+        found = self._first_match(line, candidates)
         if found is None and shape is not None:
             if len(self._unmatched) >= MAX_SHAPES:
                 self._unmatched.clear()  # (bounded: a stream of one-off lines must not grow it)
@@ -271,7 +273,7 @@ class _Plan:
             self._unmatched[shape] = [i for i in candidates if i in seeing]
         return found
 
-    def _first(self, line: str, candidates: list[int]) -> SignatureMatch | None:
+    def _first_match(self, line: str, candidates: list[int]) -> SignatureMatch | None:
         signatures, branches = self.signatures, self.branches
         skipped = -1  # a signature whose anchors are not in the line
         for candidate in candidates:

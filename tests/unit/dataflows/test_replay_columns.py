@@ -245,9 +245,18 @@ def test_reading_ahead_keeps_the_order_raises_where_asked_and_stops_when_closed(
     assert got == list(range(7))  # everything before the failure, then the failure itself
 
     made.clear()
-    ahead = read_ahead(numbers(), depth=1)
+    closed = []
+
+    def tracked():
+        try:
+            yield from numbers()
+        finally:
+            closed.append(True)  # (a file read this way closes here)
+
+    ahead = read_ahead(tracked(), depth=1)
     assert [next(ahead) for _ in range(3)] == [0, 1, 2]
     ahead.close()
+    assert closed == [True]
     assert not any(t.name == "trainguard-read-ahead" and t.is_alive() for t in threading.enumerate())
     assert len(made) <= 6  # stopped a couple of items ahead, not read to the end
 

@@ -21,7 +21,7 @@ def _stamp(frame: GpuFrame, i: int) -> tuple[float, int]:
 
 
 # Each step: a node, and which of its 4 GPUs report (usually all of them).
-_GPUS = st.one_of(st.just((0, 1, 2, 3)), st.sampled_from([(0, 1, 3), (1, 0), (2,)]))
+_GPUS = st.one_of(st.just((0, 1, 2, 3)), st.sampled_from([(0, 1, 3), (1, 0), (2,), (0, 0), (2, 2, 3)]))
 _STEPS = st.lists(st.tuples(st.sampled_from(["a", "b"]), _GPUS), max_size=40)
 
 
@@ -33,7 +33,7 @@ def test_windows_hold_each_gpus_last_samples_in_first_seen_order(steps, keep):
     for t, (node, gpus) in enumerate(steps):
         frame = GpuFrame(float(t), node, gpus, np.zeros((len(FIELDS), len(gpus))))
         windows.append(frame)
-        for gpu in gpus:
+        for gpu in gpus:  # (a GPU twice in one sweep: twice in its window, as it came)
             expected.setdefault((node, gpu), deque(maxlen=keep)).append((float(t), gpu))
     assert [(k, w) for k, w in windows.items()] == [(k, list(w)) for k, w in expected.items()]
     assert dict(windows.items(last=1)) == {k: list(w)[-1:] for k, w in expected.items()}
@@ -94,3 +94,12 @@ def test_a_node_whose_sweep_was_cut_in_two_is_kept_a_frame_at_a_time_again_once_
     windows.append(GpuFrame(40.0, "n1", tuple(range(8)), zeros))
     assert "n1" in windows._frames and not windows._gpus
     assert dict(windows.items())[("n1", 4)] == [(20.0, 4), (30.0, 4), (40.0, 4)]
+
+
+def test_a_node_kept_gpu_by_gpu_holds_no_more_frames_than_its_windows():
+    windows = GpuWindows(3, _stamp)
+    zeros = np.zeros((len(FIELDS), 8))
+    windows.append(GpuFrame(0.0, "n1", tuple(range(8)), zeros))
+    for t in range(1, 200):  # GPU 7 fell off the bus for good: the node never becomes whole again
+        windows.append(GpuFrame(float(t), "n1", tuple(range(7)), zeros[:, :7]))
+    assert len(windows._runs["n1"]) == 3

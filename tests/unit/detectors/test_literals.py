@@ -115,3 +115,19 @@ def test_digit_blindness_is_refused_to_patterns_that_name_digits():
     assert not digit_blind(r"(?P<n>\d+) of (?P=n)")
     assert digit_blind(r"[^0-9]+\d{2,5} [\w.-]+ \b(?i:nan)\b")
     assert sum(not digit_blind(sig.pattern) for sig in CATALOGUE) >= 10
+
+
+def test_a_remembered_shape_does_not_let_a_line_past_the_pre_filter():
+    # The pre-filter's words hold digits too ("mlx5", "c10d"): a line it turns away must find nothing even when a
+    # line of the same shape that it let through was remembered.
+    from trainguard.detectors.signatures import match_line
+
+    for let_through, turned_away in (
+        ("mlx5 Exit CODE: 131", "mlx4 Exit CODE: 137"),
+        ("c10d MLX1_CORE: LINK SPEED degraded", "c20d MLX5_CORE: LINK SPEED degraded"),
+    ):
+        _plan(CATALOGUE)._unmatched.clear()
+        alone = match_line(turned_away)
+        match_line(let_through)
+        after = match_line(turned_away)
+        assert (after is None) == (alone is None) and (after is None or after.signature.id == alone.signature.id)

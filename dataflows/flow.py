@@ -236,17 +236,11 @@ def _decode_batch(
     out: list[tuple[str, Routed | DeadLetter | list[Routed | DeadLetter]]] = []
     counts = [0] * _TOPIC_COUNT  # events per topic, for the metrics
     for rec in batch:
-        if type(rec) is list:
-            for item in rec:
+        if type(rec) is list or type(rec) is Routed:  # decoded by the source (replay), or a drain report
+            for item in rec if type(rec) is list else (rec,):
                 if type(item) is Routed and (topic := item[1][0]) < _TOPIC_COUNT:
                     counts[topic] += len(item.event) if type(item.event) is GpuFrame else 1  # a frame: its records
             out.append(("router", rec))
-            continue
-        if type(rec) is Routed:  # already decoded by the source (replay), or a live partition's drain report
-            out.append(("router", rec))
-            topic = rec[1][0]
-            if topic < _TOPIC_COUNT:
-                counts[topic] += len(rec.event) if type(rec.event) is GpuFrame else 1  # a frame: its GPUs' records
             continue
         if isinstance(rec, DeadLetter):
             out.append(("router", rec))

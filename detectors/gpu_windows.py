@@ -59,8 +59,7 @@ class GpuWindows(Generic[T]):
         node = frame.node
         frames = self._frames.get(node)
         if frames is not None:
-            keys = frames[-1].keys
-            if keys is frame.keys or keys == frame.keys:
+            if _same_gpus(frames[-1], frame):
                 frames.append(frame)
                 return
             self._take_apart(node, frames)  # other GPUs than before: one by one from now on
@@ -73,7 +72,7 @@ class GpuWindows(Generic[T]):
             self._apart[node] = set()  # a GPU twice in one frame: its columns are not its windows
         self._add(frame)
         run = self._runs.get(node)
-        if run and (run[-1].keys is frame.keys or run[-1].keys == frame.keys):
+        if run and _same_gpus(run[-1], frame):
             run.append(frame)
         else:
             run = self._runs[node] = deque((frame,), maxlen=self.keep)
@@ -150,3 +149,8 @@ class GpuWindows(Generic[T]):
         self._apart.clear()
         self._runs.clear()
         self._order.clear()
+
+
+def _same_gpus(before: GpuFrame, frame: GpuFrame) -> bool:
+    """Whether two frames of a node hold the same GPUs in the same columns (their keys are shared, mostly)."""
+    return before.keys is frame.keys or before.keys == frame.keys

@@ -33,6 +33,8 @@ except ImportError:  # pragma: no cover - older Pythons
     import sre_parse as _p  # type: ignore[no-redef]
 
 MIN_LENGTH = 2  # a shorter string is in nearly every line: not worth a look-up
+MAX_SHAPES = 4096  # line shapes one cache remembers: a stream of one-off lines must not grow it without bound
+_ZEROS = bytes.maketrans(b"123456789", b"000000000")
 
 Literal = tuple[str, bool]  # (text, case-insensitive: then lower-case)
 Requirement = frozenset[Literal] | None
@@ -170,6 +172,17 @@ def digit_blind(pattern: str) -> bool:
     except (re.error, RecursionError):
         return False
     return _blind(list(tree))
+
+
+def shape(text: str) -> bytes | None:
+    """``text`` with each digit written as ``0``: lines that differ only in their numbers share it, and a
+    :func:`digit_blind` pattern matches them all alike, at the same places. ``None`` for text that is not
+    ASCII (there lower-casing is not plain, and offsets in bytes are not offsets in characters).
+
+    >>> shape("iteration 120/ 5000"), shape("λ 1")
+    (b'iteration 000/ 0000', None)
+    """
+    return text.encode().translate(_ZEROS) if text.isascii() else None
 
 
 def _blind(items: list[tuple[Any, Any]]) -> bool:

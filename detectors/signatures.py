@@ -39,7 +39,7 @@ from trainguard.detectors.catalogue import (
     XID,
     Signature,
 )
-from trainguard.detectors.literals import alternatives, digit_blind, required_literals
+from trainguard.detectors.literals import MAX_SHAPES, alternatives, digit_blind, required_literals, shape
 from trainguard.detectors.settings import SiteSignature
 from trainguard.detectors.xid import xid_info
 
@@ -199,8 +199,9 @@ class _Plan:
         self.always: list[int] = []  # alternatives bounded by no string: always searched
         # Alternatives that may tell one digit from another, so also a line from its shape.
         self.sees_digits: set[int] = set()
-        # Shapes of lines no alternative matched -> the digit-seeing alternatives that were worth searching.
-        self._unmatched: dict[bytes, list[int]] = {}
+        # Shapes of lines no alternative matched -> the digit-seeing alternatives that were worth searching,
+        # and whether a line of that shape may hold a string with a digit in it (see _Lookup.may_hold).
+        self._unmatched: dict[bytes, tuple[list[int], bool]] = {}
         by_word: dict[int, set[int]] = {}
         for index, sig in enumerate(signatures):
             pieces = alternatives(sig.pattern)
@@ -255,10 +256,11 @@ class _Plan:
     def search(self, line: str, could_match: Callable[[str], bool] | None = None) -> SignatureMatch | None:
         """The first signature matching ``line``, with the fields it and the line carry; ``could_match``, a
         pre-filter to try first (a line of a known shape needs none)."""
-        shape = line.encode().translate(_ZEROS) if line.isascii() else None
-        known = self._unmatched.get(shape) if shape is not None else None
-        if known is not None:
-            more = self._digit_words.branches(line)
+        line_shape = shape(line)
+        remembered = self._unmatched.get(line_shape) if line_shape is not None else None
+        if remembered is not None:
+            known, digit_words = remembered
+            more = self._digit_words.branches(line) if digit_words else None
             found = self._first_match(line, sorted(more.union(known)) if more else known)
             # (The pre-filter's words hold digits too: a line it turns away finds nothing, whatever its shape.)
             return None if found is None or (could_match is not None and not could_match(line)) else found
@@ -266,11 +268,14 @@ class _Plan:
             return None
         candidates = self.candidates(line)
         found = self._first_match(line, candidates)
-        if found is None and shape is not None:
+        if found is None and line_shape is not None:
             if len(self._unmatched) >= MAX_SHAPES:
-                self._unmatched.clear()  # (bounded: a stream of one-off lines must not grow it)
+                self._unmatched.clear()
             seeing = self.sees_digits
-            self._unmatched[shape] = [i for i in candidates if i in seeing]
+            self._unmatched[line_shape] = (
+                [i for i in candidates if i in seeing],
+                self._digit_words.may_hold(line_shape),
+            )
         return found
 
     def _first_match(self, line: str, candidates: list[int]) -> SignatureMatch | None:
@@ -316,6 +321,14 @@ class _Lookup:
             by_lower.setdefault(word[0].lower(), []).append(word)
         self._words = list(by_lower.values())
         self._ac = ahocorasick_rs.AhoCorasick(list(by_lower)) if words else None
+        # (A string that is not ASCII is never in a line that has a shape.)
+        self._shapes = {word_shape for word in by_lower if (word_shape := shape(word)) is not None}
+
+    def may_hold(self, shape: bytes) -> bool:
+        """Whether a line of ``shape`` (its digits written as ``0``) may hold one of the strings: a line that
+        holds one has that string's shape where the string is (lower-casing and the shape commute)."""
+        folded = shape.lower()
+        return any(word in folded for word in self._shapes)
 
     def branches(self, line: str) -> set[int]:
         """The alternatives of the strings ``line`` holds."""
@@ -329,8 +342,6 @@ class _Lookup:
         return found
 
 
-MAX_SHAPES = 4096  # shapes of unmatched lines remembered per catalogue
-_ZEROS = bytes.maketrans(b"123456789", b"000000000")
 
 
 def _has_digit(texts: Iterable[str]) -> bool:

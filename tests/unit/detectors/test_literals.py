@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tests.support.paths import FIXTURES
 from trainguard.detectors.catalogue import CATALOGUE
-from trainguard.detectors.literals import digit_blind, required_literals
+from trainguard.detectors.literals import digit_blind, required_literals, shape
 from trainguard.detectors.signatures import _plan, _search, clip
 
 
@@ -131,3 +131,20 @@ def test_a_remembered_shape_does_not_let_a_line_past_the_pre_filter():
         match_line(let_through)
         after = match_line(turned_away)
         assert (after is None) == (alone is None) and (after is None or after.signature.id == alone.signature.id)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.data())
+def test_a_line_that_holds_a_string_with_a_digit_has_a_shape_that_may_hold_it(data: st.DataObject):
+    # A remembered shape skips looking for the strings with digits only when no line of it can hold one.
+    lookup = _plan(CATALOGUE)._digit_words
+    word = data.draw(st.sampled_from([w for group in lookup._words for w, _, _ in group]))
+    around = st.text(alphabet="0123456789 abcXYZ:([", max_size=12)
+    line = data.draw(around) + data.draw(st.sampled_from([word, word.upper(), word.lower()])) + data.draw(around)
+    assert lookup.may_hold(shape(line))
+
+
+def test_a_step_line_shape_holds_no_string_with_a_digit():
+    lookup = _plan(CATALOGUE)._digit_words
+    assert not lookup.may_hold(shape("iteration 120/ 500 | elapsed time per iteration (ms): 12.5 | lm loss: 2.1 |"))
+    assert lookup.may_hold(shape("mlx7_core 0000:3b:00.0: port 1 link down"))

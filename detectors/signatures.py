@@ -342,8 +342,6 @@ class _Lookup:
         return found
 
 
-
-
 def _has_digit(texts: Iterable[str]) -> bool:
     return any(char.isdigit() for text in texts for char in text)
 

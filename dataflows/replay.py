@@ -119,7 +119,6 @@ def _sort_ts(payload: bytes) -> float | None:
 
 _CHUNK = 4096  # records per read-ahead chunk of one topic
 _RECORD_BLOCK_BYTES = 1 << 20  # JSON Lines of other topics than gpu decoded this much at a time
-_ORDER = itemgetter(0, 1, 2)  # (sort key, topic index, offset): unique, so items are never compared
 _KEY = itemgetter(0)
 
 
@@ -379,7 +378,9 @@ def _merge(
                 window += buf[:cut]
                 bufs[i] = buf[cut:]
         if window:
-            window.sort(key=_ORDER)
+            # By (sort key, topic index, offset): no two records share a topic and offset, so the tuples
+            # compare as those three alone would (never reaching the items), without a key tuple each.
+            window.sort()
             yield window
             continue
         for i in range(n):  # everything buffered sits at the bound: read on where the bound comes from

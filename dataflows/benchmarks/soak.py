@@ -118,8 +118,8 @@ def soak(hours: int = 24) -> dict[str, Any]:
         "seconds": round(elapsed, 1),
         "events_per_s": round(events / elapsed),
         "anomalies": len(anomalies),
-        "detect_batch_p99_s": _p99(metrics.STEP_SECONDS.labels("detect")),
-        "route_batch_p99_s": _p99(metrics.STEP_SECONDS.labels("route")),
+        "detect_batch_p99_s": _p99(metrics.DETECT_SECONDS),
+        "route_batch_p99_s": _p99(metrics.ROUTE_SECONDS),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "rss_mib_second_quarter": round(max(s[2] for s in samples[quarter : 2 * quarter]), 1)
         if len(samples) >= 4

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import time
 from pathlib import Path
 from statistics import median
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 import typer
@@ -25,6 +26,18 @@ from trainguard.cli.common import (
 )
 from trainguard.dataflows.config import ConfigError, Settings
 from trainguard.datasets.generator import PRESETS
+
+if TYPE_CHECKING:
+    from trainguard.dataflows.pipeline import Collected
+
+ProcessesOpt = Annotated[
+    int | None,
+    typer.Option(min=1, help="Replays at once, each in a worker process of its own (default: one per CPU core)."),
+]
+
+
+def _processes(processes: int | None) -> int:
+    return processes or os.cpu_count() or 1
 
 
 def generate(
@@ -206,9 +219,12 @@ def tune(
         "trainguard-out/tune"
     ),
     minutes: Annotated[float | None, typer.Option(min=10, help="Scenario length (default: the preset's).")] = None,
+    processes: ProcessesOpt = None,
     config: ConfigOpt = None,
 ) -> None:
     """Sweep detector settings by replaying labelled scenarios; print the precision/recall/latency frontier."""
+    from trainguard.dataflows.pipeline import replay_many
+
     base = settings_from(config)
     grid: dict[str, list[Any]] = {}
     for item in param:
@@ -225,9 +241,11 @@ def tune(
     except (ValueError, ConfigError) as exc:
         raise fail(str(exc)) from None
     scenarios = prepare_scenarios(preset, seed_list, work, minutes)
+    # Every setting on every scenario, as one list of replays: the worker processes share them all.
+    replays = replay_many([(d, settings) for settings in candidates for d, _ in scenarios], _processes(processes))
     rows = []
-    for combo, settings in zip(combos, candidates, strict=True):
-        report = evaluate_settings(settings, scenarios)
+    for i, combo in enumerate(combos):
+        report = scored(scenarios, replays[i * len(scenarios) : (i + 1) * len(scenarios)])
         kinds = report["by_kind"].values()
         labelled = sum(k["labelled"] for k in kinds)
         found = sum(k["detected"] for k in kinds)
@@ -284,14 +302,21 @@ def prepare_scenarios(
     return scenarios
 
 
-def evaluate_settings(settings: Settings, scenarios: list[tuple[Path, list[dict[str, Any]]]]) -> dict[str, Any]:
-    """Replay every scenario with ``settings`` and score them together."""
-    from trainguard.dataflows.pipeline import replay_in_process
+def evaluate_settings(
+    settings: Settings, scenarios: list[tuple[Path, list[dict[str, Any]]]], processes: int = 1
+) -> dict[str, Any]:
+    """Replay every scenario with ``settings`` (``processes`` at once) and score them together."""
+    from trainguard.dataflows.pipeline import replay_many
+
+    return scored(scenarios, replay_many([(d, settings) for d, _ in scenarios], processes))
+
+
+def scored(scenarios: list[tuple[Path, list[dict[str, Any]]]], replays: list[Collected]) -> dict[str, Any]:
+    """The scenarios' labels scored together against what their replays found, scenario by scenario."""
     from trainguard.datasets.scoring import Scorer
 
     scorer = Scorer()
-    for directory, labels in scenarios:
-        anomalies, actions, _dead = replay_in_process(directory, settings)
+    for (_, labels), (anomalies, actions, _dead) in zip(scenarios, replays, strict=True):
         scorer.add(
             [dict(lab) for lab in labels],
             [msgspec.structs.asdict(a) for a in anomalies],
@@ -308,6 +333,7 @@ def evaluate(
     ),
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     minutes: Annotated[float | None, typer.Option(min=10, help="Scenario length (default: the preset's).")] = None,
+    processes: ProcessesOpt = None,
     config: ConfigOpt = None,
 ) -> None:
     """Generate labelled scenarios for several seeds, replay them all, and score them together."""
@@ -315,7 +341,8 @@ def evaluate(
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError:
         raise fail(f"--seeds must be comma-separated integers, not {seeds!r}.") from None
-    report = evaluate_settings(settings_from(config), prepare_scenarios(preset, seed_list, work, minutes))
+    scenarios = prepare_scenarios(preset, seed_list, work, minutes)
+    report = evaluate_settings(settings_from(config), scenarios, _processes(processes))
     if as_json:
         typer.echo(json.dumps(report, indent=2, default=str))
     else:

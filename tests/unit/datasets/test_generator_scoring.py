@@ -175,25 +175,16 @@ def test_cli_generate_score_and_tune(tmp_path: Path):
     assert scored.exit_code == 0, scored.output
     assert json.loads(scored.output)["by_kind"]["crash"]["recall"] == 1.0
     tuned = tmp_path / "tuned.yaml"
-    result = runner.invoke(
-        app,
-        [
-            "tune",
-            "--param",
-            "detectors.hang.floor_s=55,300",
-            "--seeds",
-            "4",
-            "--minutes",
-            "20",
-            "--work",
-            str(tmp_path / "work"),
-            "--out",
-            str(tuned),
-        ],
-    )
+    tune = ["tune", "--param", "detectors.hang.floor_s=55,300", "--seeds", "4", "--minutes", "20"]
+    tune += ["--work", str(tmp_path / "work"), "--out", str(tuned)]
+    result = runner.invoke(app, [*tune, "--processes", "1"])
     assert result.exit_code == 0, result.output
     # A 300 s floor reports hangs five minutes late: the 55 s setting wins on latency at equal F1.
     assert "floor_s: 55" in tuned.read_text()
+    # The same sweep with its replays in two worker processes: the same table, the same choice.
+    in_two = runner.invoke(app, [*tune, "--processes", "2"])
+    assert in_two.exit_code == 0, in_two.output
+    assert in_two.output == result.output and "floor_s: 55" in tuned.read_text()
     bad = runner.invoke(app, ["tune", "--param", "detectors.hang.nope=1", "--seeds", "4"])
     assert bad.exit_code == 2 and "no setting 'nope'" in bad.output
 

@@ -13,10 +13,8 @@ public API only (``bytewax.testing.run_main`` / ``cluster_main`` run a flow in t
 from __future__ import annotations
 
 import gc
-import multiprocessing
 import threading
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -165,14 +163,8 @@ def replay_in_process(
 
 def replay_many(runs: Sequence[tuple[Path, Settings]], processes: int = 1) -> list[Collected]:
     """Each ``(directory, settings)`` replayed as :func:`replay_in_process` would, in order — up to
-    ``processes`` at once, each in a worker process of its own (a settings sweep, several scenarios).
+    ``processes`` at once, in worker processes (a settings sweep, several scenarios). Each replay is
+    deterministic: the results do not depend on the number of processes."""
+    from trainguard.dataflows.processes import map_in_processes
 
-    The workers are started fresh (``spawn``): a forked copy of a process whose polars or Bytewax
-    threads hold a lock could wait on it forever. Each replay is deterministic, so the results are
-    those of one process, whatever the number of workers.
-    """
-    workers = min(processes, len(runs))
-    if workers <= 1:
-        return [replay_in_process(directory, settings) for directory, settings in runs]
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(replay_in_process, *zip(*runs, strict=True)))
+    return map_in_processes(replay_in_process, runs, processes)

@@ -16,10 +16,11 @@ import math
 import multiprocessing as mp
 import queue
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bytewax.dataflow import Dataflow
 
@@ -27,6 +28,21 @@ from trainguard.dataflows.flow import Outputs
 from trainguard.dataflows.ports import free_ports
 
 _DONE = "done"
+T = TypeVar("T")
+
+
+def map_in_processes(fn: Callable[..., T], calls: Sequence[tuple[Any, ...]], processes: int) -> list[T]:
+    """``fn(*args)`` for each ``args`` of ``calls``, in their order: up to ``processes`` at once, each in a
+    worker process of its own (one call here, in this process, when one process is asked for or one call).
+
+    The workers are started fresh (``spawn``): a forked copy of a process whose polars or Bytewax threads
+    hold a lock could wait on it forever. ``fn`` must be importable by name, its arguments picklable.
+    """
+    workers = min(processes, len(calls))
+    if workers <= 1:
+        return [fn(*args) for args in calls]
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+        return list(pool.map(fn, *zip(*calls, strict=True)))
 
 
 class WorkerProcessError(RuntimeError):

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 ProcessesOpt = Annotated[
     int | None,
-    typer.Option(min=1, help="Replays at once, each in a worker process of its own (default: one per CPU core)."),
+    typer.Option(min=1, help="Scenarios generated or replayed at once, a worker process each (default: one per core)."),
 ]
 
 
@@ -240,7 +240,7 @@ def tune(
         candidates = [apply_overrides(base, combo) for combo in combos]
     except (ValueError, ConfigError) as exc:
         raise fail(str(exc)) from None
-    scenarios = prepare_scenarios(preset, seed_list, work, minutes)
+    scenarios = prepare_scenarios(preset, seed_list, work, minutes, _processes(processes))
     # Every setting on every scenario, as one list of replays: the worker processes share them all.
     replays = replay_many([(d, settings) for settings in candidates for d, _ in scenarios], _processes(processes))
     rows = []
@@ -283,9 +283,11 @@ def tune(
 
 
 def prepare_scenarios(
-    preset: str, seeds: list[int], work: Path, minutes: float | None = None
+    preset: str, seeds: list[int], work: Path, minutes: float | None = None, processes: int = 1
 ) -> list[tuple[Path, list[dict[str, Any]]]]:
-    """Generate (once; kept in ``work``) and load the labelled scenarios of ``preset`` for ``seeds``."""
+    """Generate (once, ``processes`` at a time; kept in ``work``) and load the labelled scenarios of
+    ``preset`` for ``seeds``."""
+    from trainguard.dataflows.processes import map_in_processes
     from trainguard.datasets import generator
     from trainguard.datasets.scoring import load_labels
 
@@ -293,13 +295,10 @@ def prepare_scenarios(
         return [(DEMO_DIR, load_labels(DEMO_DIR / "labels.jsonl"))]
     if preset not in PRESETS:
         raise fail(f"unknown preset {preset!r}; the presets are: {', '.join(PRESETS)}.")
-    scenarios = []
-    for seed in seeds:
-        directory = work / f"{preset}-{seed}" if minutes is None else work / f"{preset}-{seed}-{minutes:g}min"
-        if not (directory / "labels.jsonl").is_file():
-            generator.write_scenario(preset, seed, directory, minutes=minutes)
-        scenarios.append((directory, load_labels(directory / "labels.jsonl")))
-    return scenarios
+    named = [(s, work / f"{preset}-{s}" if minutes is None else work / f"{preset}-{s}-{minutes:g}min") for s in seeds]
+    missing = [(preset, s, d, None, minutes) for s, d in named if not (d / "labels.jsonl").is_file()]
+    map_in_processes(generator.write_scenario, missing, processes)  # (each seed's scenario is its own)
+    return [(d, load_labels(d / "labels.jsonl")) for _, d in named]
 
 
 def evaluate_settings(
@@ -341,7 +340,7 @@ def evaluate(
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError:
         raise fail(f"--seeds must be comma-separated integers, not {seeds!r}.") from None
-    scenarios = prepare_scenarios(preset, seed_list, work, minutes)
+    scenarios = prepare_scenarios(preset, seed_list, work, minutes, _processes(processes))
     report = evaluate_settings(settings_from(config), scenarios, _processes(processes))
     if as_json:
         typer.echo(json.dumps(report, indent=2, default=str))

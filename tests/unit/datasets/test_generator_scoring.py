@@ -34,6 +34,15 @@ def test_same_seed_same_scenario_other_seed_other_scenario(tmp_path: Path):
     assert _digest(tmp_path / "a") == _digest(tmp_path / "b") != _digest(tmp_path / "c")
 
 
+def test_scenarios_generated_in_worker_processes_are_those_generated_here(tmp_path: Path):
+    from trainguard.cli.scenarios import prepare_scenarios
+
+    here = prepare_scenarios("default", [21, 22], tmp_path / "here", minutes=10, processes=1)
+    apart = prepare_scenarios("default", [21, 22], tmp_path / "apart", minutes=10, processes=2)
+    assert [_digest(d) for d, _ in apart] == [_digest(d) for d, _ in here]
+    assert [labels for _, labels in apart] == [labels for _, labels in here] and here[0][1] != here[1][1]
+
+
 def test_default_preset_has_every_fault_and_every_benign_confounder():
     sim = build("default", 1)
     list(stream(sim))

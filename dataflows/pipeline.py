@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -159,12 +159,3 @@ def replay_in_process(
     )
     run(replay_flow(directory, settings or Settings(), outputs, speed=speed, live=live))
     return out
-
-
-def replay_many(runs: Sequence[tuple[Path, Settings]], processes: int = 1) -> list[Collected]:
-    """Each ``(directory, settings)`` replayed as :func:`replay_in_process` would, in order — up to
-    ``processes`` at once, in worker processes (a settings sweep, several scenarios). Each replay is
-    deterministic: the results do not depend on the number of processes."""
-    from trainguard.dataflows.processes import map_in_processes
-
-    return map_in_processes(replay_in_process, runs, processes)

@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 from statistics import median
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import msgspec
 import typer
@@ -27,9 +27,6 @@ from trainguard.cli.common import (
 from trainguard.dataflows.config import ConfigError, Settings
 from trainguard.datasets.generator import PRESETS
 
-if TYPE_CHECKING:
-    from trainguard.dataflows.pipeline import Collected
-
 ProcessesOpt = Annotated[
     int | None,
     typer.Option(min=1, help="Scenarios generated or replayed at once, a worker process each (default: one per core)."),
@@ -37,7 +34,10 @@ ProcessesOpt = Annotated[
 
 
 def _processes(processes: int | None) -> int:
-    return processes or os.cpu_count() or 1
+    """The worker processes asked for, else one per core this process may run on."""
+    if processes:
+        return processes
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def generate(
@@ -223,7 +223,7 @@ def tune(
     config: ConfigOpt = None,
 ) -> None:
     """Sweep detector settings by replaying labelled scenarios; print the precision/recall/latency frontier."""
-    from trainguard.dataflows.pipeline import replay_many
+    from trainguard.dataflows.processes import map_in_processes
 
     base = settings_from(config)
     grid: dict[str, list[Any]] = {}
@@ -242,7 +242,8 @@ def tune(
         raise fail(str(exc)) from None
     scenarios = prepare_scenarios(preset, seed_list, work, minutes, _processes(processes))
     # Every setting on every scenario, as one list of replays: the worker processes share them all.
-    replays = replay_many([(d, settings) for settings in candidates for d, _ in scenarios], _processes(processes))
+    runs = [(d, settings) for settings in candidates for d, _ in scenarios]
+    replays = map_in_processes(found_in_replay, runs, _processes(processes))
     rows = []
     for i, combo in enumerate(combos):
         report = scored(scenarios, replays[i * len(scenarios) : (i + 1) * len(scenarios)])
@@ -296,8 +297,9 @@ def prepare_scenarios(
     if preset not in PRESETS:
         raise fail(f"unknown preset {preset!r}; the presets are: {', '.join(PRESETS)}.")
     named = [(s, work / f"{preset}-{s}" if minutes is None else work / f"{preset}-{s}-{minutes:g}min") for s in seeds]
-    missing = [(preset, s, d, None, minutes) for s, d in named if not (d / "labels.jsonl").is_file()]
-    map_in_processes(generator.write_scenario, missing, processes)  # (each seed's scenario is its own)
+    # Each missing scenario once (a seed named twice must not be written by two workers at once).
+    missing = {d: (preset, s, d, None, minutes) for s, d in named if not (d / "labels.jsonl").is_file()}
+    map_in_processes(generator.write_scenario, list(missing.values()), processes)
     return [(d, load_labels(d / "labels.jsonl")) for _, d in named]
 
 
@@ -305,22 +307,29 @@ def evaluate_settings(
     settings: Settings, scenarios: list[tuple[Path, list[dict[str, Any]]]], processes: int = 1
 ) -> dict[str, Any]:
     """Replay every scenario with ``settings`` (``processes`` at once) and score them together."""
-    from trainguard.dataflows.pipeline import replay_many
+    from trainguard.dataflows.processes import map_in_processes
 
-    return scored(scenarios, replay_many([(d, settings) for d, _ in scenarios], processes))
+    return scored(scenarios, map_in_processes(found_in_replay, [(d, settings) for d, _ in scenarios], processes))
 
 
-def scored(scenarios: list[tuple[Path, list[dict[str, Any]]]], replays: list[Collected]) -> dict[str, Any]:
+Found = tuple[list[dict[str, Any]], list[dict[str, Any]]]  # a replay's anomalies and actions, as scoring reads them
+
+
+def found_in_replay(directory: Path, settings: Settings) -> Found:
+    """What scoring needs of one replay (and all a worker process sends back: no dead letters)."""
+    from trainguard.dataflows.pipeline import replay_in_process
+
+    anomalies, actions, _dead = replay_in_process(directory, settings)
+    return [msgspec.structs.asdict(a) for a in anomalies], [msgspec.structs.asdict(a) for a in actions]
+
+
+def scored(scenarios: list[tuple[Path, list[dict[str, Any]]]], found: list[Found]) -> dict[str, Any]:
     """The scenarios' labels scored together against what their replays found, scenario by scenario."""
     from trainguard.datasets.scoring import Scorer
 
     scorer = Scorer()
-    for (_, labels), (anomalies, actions, _dead) in zip(scenarios, replays, strict=True):
-        scorer.add(
-            [dict(lab) for lab in labels],
-            [msgspec.structs.asdict(a) for a in anomalies],
-            [msgspec.structs.asdict(a) for a in actions],
-        )
+    for (_, labels), (anomalies, actions) in zip(scenarios, found, strict=True):
+        scorer.add([dict(lab) for lab in labels], anomalies, actions)
     return scorer.report()
 
 

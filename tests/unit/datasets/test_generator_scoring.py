@@ -37,8 +37,8 @@ def test_same_seed_same_scenario_other_seed_other_scenario(tmp_path: Path):
 def test_scenarios_generated_in_worker_processes_are_those_generated_here(tmp_path: Path):
     from trainguard.cli.scenarios import prepare_scenarios
 
-    here = prepare_scenarios("default", [21, 22], tmp_path / "here", minutes=10, processes=1)
-    apart = prepare_scenarios("default", [21, 22], tmp_path / "apart", minutes=10, processes=2)
+    here = prepare_scenarios("default", [21, 22, 21], tmp_path / "here", minutes=10, processes=1)
+    apart = prepare_scenarios("default", [21, 22, 21], tmp_path / "apart", minutes=10, processes=3)  # 21 once
     assert [_digest(d) for d, _ in apart] == [_digest(d) for d, _ in here]
     assert [labels for _, labels in apart] == [labels for _, labels in here] and here[0][1] != here[1][1]
 

@@ -33,7 +33,6 @@ except ImportError:  # pragma: no cover - older Pythons
     import sre_parse as _p  # type: ignore[no-redef]
 
 MIN_LENGTH = 2  # a shorter string is in nearly every line: not worth a look-up
-MAX_SHAPES = 4096  # line shapes one cache remembers: a stream of one-off lines must not grow it without bound
 _ZEROS = bytes.maketrans(b"123456789", b"000000000")
 
 Literal = tuple[str, bool]  # (text, case-insensitive: then lower-case)

@@ -39,7 +39,7 @@ from trainguard.detectors.catalogue import (
     XID,
     Signature,
 )
-from trainguard.detectors.literals import MAX_SHAPES, alternatives, digit_blind, required_literals, shape
+from trainguard.detectors.literals import alternatives, digit_blind, required_literals, shape
 from trainguard.detectors.settings import SiteSignature
 from trainguard.detectors.xid import xid_info
 
@@ -324,10 +324,10 @@ class _Lookup:
         # (A string that is not ASCII is never in a line that has a shape.)
         self._shapes = {word_shape for word in by_lower if (word_shape := shape(word)) is not None}
 
-    def may_hold(self, shape: bytes) -> bool:
-        """Whether a line of ``shape`` (its digits written as ``0``) may hold one of the strings: a line that
-        holds one has that string's shape where the string is (lower-casing and the shape commute)."""
-        folded = shape.lower()
+    def may_hold(self, line_shape: bytes) -> bool:
+        """Whether a line of ``line_shape`` (its digits written as ``0``) may hold one of the strings: a line
+        that holds one has that string's shape where the string is (lower-casing and the shape commute)."""
+        folded = line_shape.lower()
         return any(word in folded for word in self._shapes)
 
     def branches(self, line: str) -> set[int]:
@@ -340,6 +340,9 @@ class _Lookup:
                     if folded or word in line:
                         found |= branches
         return found
+
+
+MAX_SHAPES = 4096  # shapes of unmatched lines remembered per catalogue (a stream of one-off lines must not grow it)
 
 
 def _has_digit(texts: Iterable[str]) -> bool:

@@ -240,10 +240,11 @@ def tune(
         candidates = [apply_overrides(base, combo) for combo in combos]
     except (ValueError, ConfigError) as exc:
         raise fail(str(exc)) from None
-    scenarios = prepare_scenarios(preset, seed_list, work, minutes, _processes(processes))
+    workers = _processes(processes)
+    scenarios = prepare_scenarios(preset, seed_list, work, minutes, workers)
     # Every setting on every scenario, as one list of replays: the worker processes share them all.
     runs = [(d, settings) for settings in candidates for d, _ in scenarios]
-    replays = map_in_processes(found_in_replay, runs, _processes(processes))
+    replays = map_in_processes(found_in_replay, runs, workers)
     rows = []
     for i, combo in enumerate(combos):
         report = scored(scenarios, replays[i * len(scenarios) : (i + 1) * len(scenarios)])
@@ -349,8 +350,9 @@ def evaluate(
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError:
         raise fail(f"--seeds must be comma-separated integers, not {seeds!r}.") from None
-    scenarios = prepare_scenarios(preset, seed_list, work, minutes, _processes(processes))
-    report = evaluate_settings(settings_from(config), scenarios, _processes(processes))
+    workers = _processes(processes)
+    scenarios = prepare_scenarios(preset, seed_list, work, minutes, workers)
+    report = evaluate_settings(settings_from(config), scenarios, workers)
     if as_json:
         typer.echo(json.dumps(report, indent=2, default=str))
     else:

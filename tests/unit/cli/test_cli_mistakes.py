@@ -75,6 +75,8 @@ def _mistakes(tmp: Path) -> list[list[str]]:
         ["score", "--labels", missing, "--anomalies", missing],
         ["tune", "--preset", "nope", "--param", "detectors.hang.floor_s=45"],
         ["tune", "--param", "detectors.hang.nope=1", "--seeds", "1"],
+        ["tune", "--param", "detectors.hang.floor_s=45", "--processes", "0"],
+        ["evaluate", "--seeds", "1", "--processes", "many"],
         ["audit", "--log", missing],
         ["templates", missing],
         ["hash-password"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import random
 import threading
 from pathlib import Path
@@ -122,6 +123,46 @@ def test_parquet_batches_read_as_columns_match_json_lines(tmp_path: Path):
     assert _as_records(tmp_path / "a") == _as_records(tmp_path / "b")
     frames = [item.event for _, item in replay.merged_events(tmp_path / "b")]
     assert all(type(e) is GpuFrame for e in frames)
+
+
+def test_blocks_the_columns_cannot_vouch_for_are_read_as_records(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr("trainguard.dataflows.replay_columns._BLOCK_BYTES", 2048)  # each oddity in its own block
+    records = _records(40)
+    lines = [json.dumps(r).encode() for r in records]
+    lines[60] = lines[60].replace(b'"power_w": ', b'"power_w": 1e999, "z": ')  # overflows: polars refuses it
+    lines[200] = json.dumps({**records[200], "gpu": None}).encode()  # no GPU: a dead letter
+    lines[400] = json.dumps({**records[400], "ts": 1e13}).encode()  # far beyond any plausible time
+    lines[600] = json.dumps({**records[600], "node": None}).encode()
+    (tmp_path / "gpu.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    kinds = [type(block).__name__ for block, _ in jsonl_blocks(tmp_path / "gpu.jsonl")]
+    assert "GpuBlock" in kinds and len(kinds) - kinds.count("GpuBlock") >= 4
+    read = _as_records(tmp_path)
+    assert sorted(read, key=lambda r: r[1] if r[0] == "dead" else r[0]) == _decoded_one_by_one(lines)
+
+
+def test_parquet_columns_of_other_types_or_missing_read_as_json_lines_do(tmp_path: Path):
+    # A field no row has, and one every row has as null (Arrow types that column as null).
+    records = [{**{k: v for k, v in r.items() if k != "power_w"}, "xid": None} for r in _records(30)]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "gpu.jsonl").write_bytes(b"\n".join(json.dumps(r).encode() for r in records) + b"\n")
+    table = pa.Table.from_pylist(records)
+    node = table.schema.get_field_index("node")
+    table = table.set_column(node, "node", table["node"].cast(pa.large_string()))
+    pq.write_table(table, tmp_path / "b" / "gpu.parquet")
+    assert pq.read_schema(tmp_path / "b" / "gpu.parquet").field("xid").type == pa.null()
+    assert _as_records(tmp_path / "a") == _as_records(tmp_path / "b")
+    assert all(type(item.event) is GpuFrame for _, item in replay.merged_events(tmp_path / "b"))
+
+
+def test_a_parquet_batch_holding_an_infinity_is_read_record_by_record(tmp_path: Path, monkeypatch):
+    records = _records(10)
+    records[17]["power_w"] = float("inf")
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "gpu.parquet")
+    read = _as_records(tmp_path)
+    monkeypatch.setattr("trainguard.dataflows.replay_columns._checked", lambda table: None)
+    assert read == _as_records(tmp_path)  # what the record path gives, every batch read row by row
+    assert read[17][0] == 17 and not any(isinstance(v, float) and math.isinf(v) for v in read[17])  # nulled
 
 
 def test_block_size_is_sane():

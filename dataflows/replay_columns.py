@@ -85,16 +85,18 @@ class GpuBlock:
     def frames(self, keys: np.ndarray, offsets: list[int]) -> tuple[list[float], list[GpuFrame], list[int]]:
         """The block cut into frames — runs of one node and timestamp, each GPU once — with each frame's
         sort key and offset (its first row's)."""
-        ts, names, node, gpu = self.ts, self.names, self.node.tolist(), self.gpu
+        names, gpu = self.names, self.gpu
         starts = self._starts()
         rows = rare_rows(self.values)
         rare, rare_gpus = np.logical_or.reduceat(rows, starts).tolist(), rows.tolist()
-        ends = [*starts[1:], len(ts)]
+        ends = [*starts[1:], len(gpu)]
+        # Each frame's timestamp and node as Python objects, in one call each (not a numpy scalar per frame).
+        ts, node = self.ts[starts].tolist(), [names[code] for code in self.node[starts].tolist()]
         values, uuid, pci = self.values, self.uuid, self.pci_bus_id
         frames = [
             GpuFrame(
-                float(ts[a]),
-                names[node[a]],
+                at,
+                name,
                 tuple(gpu[a:b]),
                 values[:, a:b].copy(),  # a frame outlives its block: it must not pin the block's arrays
                 uuid[a:b] if uuid else None,
@@ -103,7 +105,7 @@ class GpuBlock:
                 r,
                 rare_gpus[a:b] if r else None,
             )
-            for a, b, r in zip(starts, ends, rare, strict=True)
+            for a, b, r, at, name in zip(starts, ends, rare, ts, node, strict=True)
         ]
         return keys[starts].tolist(), frames, [offsets[a] for a in starts]
 

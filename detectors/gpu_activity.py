@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
+import numpy as np
+
 from trainguard.detectors.events import GpuSample
 from trainguard.detectors.frames import POWER, UTIL, GpuFrame, as_frame
 from trainguard.detectors.gpu_windows import GpuKey, GpuWindows
@@ -38,6 +40,9 @@ SPIN_UTIL = 85.0  # NCCL's busy-wait kernels keep utilisation pinned near 100 %
 IDLE_UTIL = 10.0
 SPIN_POWER = 0.55  # spinning draws at most this share of the GPU's training power
 TRAIN_EWM = 0.1  # weight of a new stepping sample in the training power level
+# Stepping frames kept before their power is learned: the levels are read only when a job goes quiet, and
+# folding a node's frames at once (as columns) costs less than folding each as it comes.
+LEARN_EVERY = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +64,7 @@ class GpuActivity:
         # Each GPU's last ``keep`` samples as (ts, util, power); NaN (or, in older snapshots, None): not reported.
         self._recent: GpuWindows[Reading] = GpuWindows(keep, _reading)
         self._train_power: dict[str, dict[int, float]] = {}  # node -> GPU -> level
+        self._unlearned: list[GpuFrame] = []  # stepping frames not yet in the levels, in the order seen
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         if type(state["_recent"]) is dict:  # a snapshot written before node windows: each GPU's (lists, once)
@@ -71,7 +77,18 @@ class GpuActivity:
             for (node, gpu), level in levels.items():
                 by_node.setdefault(node, {})[gpu] = level
             state["_train_power"] = by_node
+        state.setdefault("_unlearned", [])
         self.__dict__.update(state)
+
+    def __getstate__(self) -> dict[str, Any]:
+        self._learn()  # (a snapshot holds the levels, not the frames they come from)
+        return self.__dict__
+
+    @property
+    def train_power(self) -> dict[str, dict[int, float]]:
+        """Each GPU's learned training power level: node -> GPU -> watts."""
+        self._learn()
+        return self._train_power
 
     def observe(self, sample: GpuSample | GpuFrame, stepping: bool) -> None:
         """A sample or a node's frame; ``stepping``: the job was making steps when it was taken (it teaches
@@ -79,15 +96,33 @@ class GpuActivity:
         frame = as_frame(sample)
         self._recent.append(frame)
         if stepping:
-            values = frame.values
-            utils, powers = values[UTIL].tolist(), values[POWER].tolist()  # (rows by plain indexing: far cheaper)
-            levels = self._train_power.get(frame.node)
+            self._unlearned.append(frame)
+            if len(self._unlearned) >= LEARN_EVERY:
+                self._learn()
+
+    def _learn(self) -> None:
+        """Fold the stepping frames kept so far into the levels: each node's in the order seen (the levels of
+        different nodes are independent), as columns where its frames hold the same GPUs, each once."""
+        if not self._unlearned:
+            return
+        by_node: dict[str, list[GpuFrame]] = {}
+        for frame in self._unlearned:
+            by_node.setdefault(frame.node, []).append(frame)
+        self._unlearned = []
+        for node, frames in by_node.items():
+            levels = self._train_power.get(node)
             if levels is None:
-                levels = self._train_power[frame.node] = {}
-            for gpu, util, power in zip(frame.gpus, utils, powers, strict=True):
-                if power == power and util >= BUSY_UTIL:  # (NaN compares false: not reported)
-                    level = levels.get(gpu)
-                    levels[gpu] = power if level is None else level + TRAIN_EWM * (power - level)
+                levels = self._train_power[node] = {}
+            gpus = frames[0].gpus
+            if len(set(gpus)) == len(gpus) and all(f.gpus == gpus for f in frames):
+                # Per GPU, its utilisations and powers as Python floats: the arithmetic of frame by frame.
+                columns = np.stack([f.values for f in frames])[:, _UTIL_POWER].transpose(2, 1, 0).tolist()
+                for gpu, (utils, powers) in zip(gpus, columns, strict=True):
+                    _fold(levels, gpu, utils, powers)
+            else:
+                for frame in frames:  # a GPU twice in a frame, or GPUs changing: frame by frame
+                    for i, gpu in enumerate(frame.gpus):
+                        _fold(levels, gpu, [frame.values[UTIL, i].item()], [frame.values[POWER, i].item()])
 
     def forget(self) -> None:
         """The job restarted: recent samples no longer describe it (the learned levels still do)."""
@@ -95,6 +130,7 @@ class GpuActivity:
 
     def verdict(self, since: float) -> Verdict:
         """What the GPUs did in the samples taken after ``since`` (the last step)."""
+        self._learn()
         per_gpu: dict[GpuKey, list[tuple[float, float | None, float | None]]] = {
             key: [s for s in recent if s[0] > since] for key, recent in self._recent.items()
         }
@@ -130,6 +166,17 @@ class GpuActivity:
 
 
 Reading = tuple[float, float | None, float | None]  # a GPU's (ts, util, power)
+_UTIL_POWER = [UTIL, POWER]
+
+
+def _fold(levels: dict[int, float], gpu: int, utils: list[float], powers: list[float]) -> None:
+    """A GPU's training power level after these samples: ``level + TRAIN_EWM * (power - level)`` each."""
+    level = levels.get(gpu)
+    for util, power in zip(utils, powers, strict=True):
+        if power == power and util >= BUSY_UTIL:  # (NaN compares false: not reported)
+            level = power if level is None else level + TRAIN_EWM * (power - level)
+    if level is not None:
+        levels[gpu] = level
 
 
 def _reading(frame: GpuFrame, i: int) -> Reading:

@@ -90,7 +90,7 @@ def test_peers_and_activity_see_the_same_in_frames():
     assert framed[0].odd_one_out() == alone[0].odd_one_out()
     assert framed[0].idle_while_peers_spin() == alone[0].idle_while_peers_spin()
     assert framed[1].verdict(since=now - 60) == alone[1].verdict(since=now - 60)
-    assert framed[1]._train_power == alone[1]._train_power
+    assert framed[1].train_power == alone[1].train_power
 
 
 def test_a_frame_row_is_the_record_it_came_from():

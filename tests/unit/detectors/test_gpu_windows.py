@@ -67,8 +67,9 @@ def test_snapshots_written_before_node_windows_resume_with_the_same_windows():
     old_activity = dict(
         activity.__dict__,
         _recent={k: list(w) for k, w in activity._recent.items()},
-        _train_power={(n, g): level for n, levels in activity._train_power.items() for g, level in levels.items()},
+        _train_power={(n, g): level for n, levels in activity.train_power.items() for g, level in levels.items()},
     )
+    del old_activity["_unlearned"]  # (those versions learned each frame as it came)
     resumed_peers, resumed_activity = GpuPeers.__new__(GpuPeers), GpuActivity.__new__(GpuActivity)
     resumed_peers.__setstate__(old_peers)
     resumed_activity.__setstate__(old_activity)
@@ -80,6 +81,33 @@ def test_snapshots_written_before_node_windows_resume_with_the_same_windows():
     assert resumed_activity.verdict(since=85.0) == activity.verdict(since=85.0)
     assert activity.verdict(since=85.0).state == "spinning"  # (the learned power levels were read)
     assert pickle.loads(pickle.dumps(resumed_peers)).odd_one_out() == peers.odd_one_out()
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["a", "b"]), _GPUS, st.booleans(), st.sampled_from([30.0, 60.0, 99.0])),
+        max_size=150,
+    ),
+    st.integers(min_value=0, max_value=149),
+)
+def test_training_power_learned_in_bulk_is_the_level_learned_frame_by_frame(steps, snapshot_at):
+    activity = GpuActivity()
+    expected: dict[str, dict[int, float]] = {}  # the plain way: each GPU's level moved as each sample comes
+    for t, (node, gpus, stepping, util) in enumerate(steps):
+        powers = [float("nan") if (t + g) % 7 == 0 else 100.0 + 13.0 * g + (t * 37 % 11) for g in gpus]
+        values = np.full((len(FIELDS), len(gpus)), np.nan)
+        values[FIELDS.index("util_pct")] = util
+        values[FIELDS.index("power_w")] = powers
+        activity.observe(GpuFrame(float(t), node, gpus, values), stepping)
+        if t == snapshot_at:  # a snapshot on the way learns what is kept, and resumes the same
+            activity = pickle.loads(pickle.dumps(activity))
+        levels = expected.setdefault(node, {}) if stepping else {}
+        for gpu, power in zip(gpus, powers, strict=True):
+            if stepping and power == power and util >= 50.0:
+                level = levels.get(gpu)
+                levels[gpu] = power if level is None else level + 0.1 * (power - level)
+    assert activity.train_power == expected
 
 
 def test_a_node_whose_sweep_was_cut_in_two_is_kept_a_frame_at_a_time_again_once_whole():

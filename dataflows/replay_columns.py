@@ -22,7 +22,7 @@ import contextlib
 import os
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from trainguard.detectors.events import MAX_RECORD_BYTES, MAX_TS, MIN_TS, Event, decode_block
@@ -143,6 +144,8 @@ def _checked(table: pa.Table) -> GpuBlock | None:
         kind = table.schema.field(name).type
         if not (pa.types.is_null(kind) or (_text(kind) if name in _TEXT else _numeric(name, kind))):
             return None
+    if _FORKED:  # polars may not run here (its thread pool does not survive fork): Arrow's own columns
+        return _arrow_columns(table, names)
     frame = pl.from_arrow(table.select([name for name in _SCHEMA if name in names]))
     typed = [
         pl.col(name).cast(kind) if name in names else pl.lit(None, kind).alias(name) for name, kind in _SCHEMA.items()
@@ -160,14 +163,51 @@ _NUMBERS = [
 
 
 def _columns(frame: pl.DataFrame) -> GpuBlock | None:
-    """Rows with the contract's columns and types as checked columns, or ``None`` when a row would not decode
-    as it stands (no node, GPU or timestamp; a timestamp out of range; an infinity, which the record path
-    nulls and counts).
+    """Rows with the contract's columns and types as checked columns (see :func:`_block`).
 
     This runs in the read-ahead thread, where each call that lets go of the interpreter waits to take it
     back while the flow holds it (up to the switch interval): hence one array for every number, and few calls.
     """
-    numbers = frame.select(_NUMBERS).to_numpy()  # (row, column), column-major: each column contiguous
+    text = [frame.get_column(name) for name in ("uuid", "pci_bus_id")]
+    uuid, pci = (column.to_list() if column.null_count() < len(column) else None for column in text)
+    return _block(
+        frame.select(_NUMBERS).to_numpy(),  # (row, column), column-major: each column contiguous
+        lambda: frame.get_column("node").unique().sort().to_list(),
+        lambda: frame.get_column("gpu").to_list(),
+        uuid,
+        pci,
+    )
+
+
+def _arrow_columns(table: pa.Table, names: set[str]) -> GpuBlock | None:
+    """What :func:`_columns` gives, from Arrow and numpy alone (node codes: their order of first appearance)."""
+    if table["node"].null_count or table["gpu"].null_count:
+        return None
+    nodes = pc.dictionary_encode(table["node"].combine_chunks())
+    numbers = np.full((table.num_rows, 3 + len(FIELDS)), np.nan, order="F")
+    numbers[:, 0] = table["ts"].to_numpy(zero_copy_only=False)  # (null: NaN)
+    numbers[:, 1] = nodes.indices.to_numpy() + 1
+    numbers[:, 2] = table["gpu"].to_numpy()
+    for i, name in enumerate(FIELDS):
+        if name in names:
+            numbers[:, 3 + i] = table[name].to_numpy(zero_copy_only=False)
+    text = {
+        name: table[name].to_pylist() if name in names and table[name].null_count < table.num_rows else None
+        for name in ("uuid", "pci_bus_id")
+    }
+    return _block(numbers, nodes.dictionary.to_pylist, table["gpu"].to_pylist, text["uuid"], text["pci_bus_id"])
+
+
+def _block(
+    numbers: np.ndarray,
+    names: Callable[[], list[str]],
+    gpus: Callable[[], list[int]],
+    uuid: list[str | None] | None,
+    pci: list[str | None] | None,
+) -> GpuBlock | None:
+    """The block from ``numbers`` (row × ts, node code from 1, gpu, every field; NaN is null), or ``None``
+    when a row would not decode as it stands: no node, GPU or timestamp; a timestamp out of range; an
+    infinity (the record path nulls it, and counts it). ``names`` and ``gpus`` are asked only of a good block."""
     if np.isnan(numbers[:, 1:3]).any():
         return None
     ts = numbers[:, 0]
@@ -176,11 +216,7 @@ def _columns(frame: pl.DataFrame) -> GpuBlock | None:
     values = numbers[:, 3:].T  # (field, row), rows contiguous
     if np.isinf(values).any():
         return None
-    text = [frame.get_column(name) for name in ("uuid", "pci_bus_id")]
-    uuid, pci = (column.to_list() if column.null_count() < len(column) else None for column in text)
-    names = frame.get_column("node").unique().sort().to_list()
-    node = numbers[:, 1].astype(np.int64) - 1
-    return GpuBlock(ts, names, node, frame.get_column("gpu").to_list(), values, uuid, pci)
+    return GpuBlock(ts, names(), numbers[:, 1].astype(np.int64) - 1, gpus(), values, uuid, pci)
 
 
 def _text(kind: pa.DataType) -> bool:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import random
+import signal
 import threading
 from pathlib import Path
 
@@ -13,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from trainguard.dataflows import replay
-from trainguard.dataflows.replay_columns import _BLOCK_BYTES, jsonl_blocks, read_ahead
+from trainguard.dataflows.replay_columns import _BLOCK_BYTES, jsonl_blocks, parquet_blocks, read_ahead
 from trainguard.detectors.events import DeadLetter, decode
 from trainguard.detectors.frames import GpuFrame, rare_rows, throttle_mask
 
@@ -153,6 +155,25 @@ def test_parquet_columns_of_other_types_or_missing_read_as_json_lines_do(tmp_pat
     assert pq.read_schema(tmp_path / "b" / "gpu.parquet").field("xid").type == pa.null()
     assert _as_records(tmp_path / "a") == _as_records(tmp_path / "b")
     assert all(type(item.event) is GpuFrame for _, item in replay.merged_events(tmp_path / "b"))
+
+
+def test_a_forked_worker_reads_parquet_as_columns_without_polars(tmp_path: Path):
+    # A worker of `replay --processes` is forked from a process that has used polars, whose thread pool does
+    # not come along: a polars call there would never return. Arrow's own columns must give the same frames.
+    pq.write_table(pa.Table.from_pylist(_records(30)), tmp_path / "gpu.parquet")
+    expected = _as_records(tmp_path)  # (polars at work here)
+    answer, tell = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            signal.alarm(30)  # a hang ends the child, and the test fails
+            kinds = {type(block).__name__ for block, _ in parquet_blocks(tmp_path / "gpu.parquet")}
+            os.write(tell, b"1" if kinds == {"GpuBlock"} and _as_records(tmp_path) == expected else b"0")
+        finally:
+            os._exit(0)
+    os.close(tell)
+    os.waitpid(pid, 0)
+    assert os.read(answer, 1) == b"1"
 
 
 def test_a_parquet_batch_holding_an_infinity_is_read_record_by_record(tmp_path: Path, monkeypatch):

@@ -144,13 +144,14 @@ def _checked(table: pa.Table) -> GpuBlock | None:
         kind = table.schema.field(name).type
         if not (pa.types.is_null(kind) or (_text(kind) if name in _TEXT else _numeric(name, kind))):
             return None
+        if pa.types.is_uint64(kind) and (pc.max(table[name]).as_py() or 0) >= 1 << 63:
+            return None  # more than the contract's 64-bit integers hold
     if _FORKED:  # polars may not run here (its thread pool does not survive fork): Arrow's own columns
         return _arrow_columns(table, names)
-    frame = pl.from_arrow(table.select([name for name in _SCHEMA if name in names]))
     typed = [
         pl.col(name).cast(kind) if name in names else pl.lit(None, kind).alias(name) for name, kind in _SCHEMA.items()
     ]
-    return _columns(frame.select(typed))  # type: ignore[union-attr]
+    return _columns(pl.from_arrow(table.select([name for name in _SCHEMA if name in names])).select(typed))  # type: ignore[union-attr]
 
 
 # ts, node (its rank among the block's names, from 1), gpu and every field, as one float64 array (null is NaN).

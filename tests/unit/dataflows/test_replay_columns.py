@@ -176,14 +176,24 @@ def test_a_forked_worker_reads_parquet_as_columns_without_polars(tmp_path: Path)
     assert os.read(answer, 1) == b"1"
 
 
-def test_a_parquet_batch_holding_an_infinity_is_read_record_by_record(tmp_path: Path, monkeypatch):
+def test_a_parquet_batch_holding_an_infinity_or_a_value_too_large_is_read_record_by_record(tmp_path: Path, monkeypatch):
     records = _records(10)
     records[17]["power_w"] = float("inf")
-    pq.write_table(pa.Table.from_pylist(records), tmp_path / "gpu.parquet")
-    read = _as_records(tmp_path)
+    (tmp_path / "a").mkdir()
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "a" / "gpu.parquet")
+    (tmp_path / "b").mkdir()
+    table = pa.Table.from_pylist(_records(10))
+    big = pa.array([2**64 - 1] + [0] * (len(table) - 1), type=pa.uint64())  # no int64 holds it
+    pq.write_table(
+        table.set_column(table.schema.get_field_index("ecc_sbe_total"), "ecc_sbe_total", big),
+        tmp_path / "b" / "gpu.parquet",
+    )
+    read = {d: _as_records(tmp_path / d) for d in "ab"}
+    monkeypatch.setattr("trainguard.dataflows.replay_columns._FORKED", True)  # (a forked worker: Arrow's columns)
+    assert {d: _as_records(tmp_path / d) for d in "ab"} == read
     monkeypatch.setattr("trainguard.dataflows.replay_columns._checked", lambda table: None)
-    assert read == _as_records(tmp_path)  # what the record path gives, every batch read row by row
-    assert read[17][0] == 17 and not any(isinstance(v, float) and math.isinf(v) for v in read[17])  # nulled
+    assert read == {d: _as_records(tmp_path / d) for d in "ab"}  # what the record path gives, row by row
+    assert read["a"][17][0] == 17 and not any(isinstance(v, float) and math.isinf(v) for v in read["a"][17])
 
 
 def test_block_size_is_sane():

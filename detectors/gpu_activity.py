@@ -121,8 +121,9 @@ class GpuActivity:
                     _fold(levels, gpu, utils, powers)
             else:
                 for frame in frames:  # a GPU twice in a frame, or GPUs changing: frame by frame
-                    for i, gpu in enumerate(frame.gpus):
-                        _fold(levels, gpu, [frame.values[UTIL, i].item()], [frame.values[POWER, i].item()])
+                    utils, powers = frame.values[UTIL].tolist(), frame.values[POWER].tolist()
+                    for gpu, util, power in zip(frame.gpus, utils, powers, strict=True):
+                        _fold(levels, gpu, [util], [power])
 
     def forget(self) -> None:
         """The job restarted: recent samples no longer describe it (the learned levels still do)."""
@@ -130,7 +131,6 @@ class GpuActivity:
 
     def verdict(self, since: float) -> Verdict:
         """What the GPUs did in the samples taken after ``since`` (the last step)."""
-        self._learn()
         per_gpu: dict[GpuKey, list[tuple[float, float | None, float | None]]] = {
             key: [s for s in recent if s[0] > since] for key, recent in self._recent.items()
         }
@@ -141,7 +141,7 @@ class GpuActivity:
         util = {k: median(u for _, u, _ in v if _known(u)) for k, v in per_gpu.items() if _has(v, 1)}
         if not util:
             return Verdict("unknown", rounds)
-        trained = self._train_power
+        trained = self.train_power
         share = {
             k: median(p for _, _, p in v if _known(p)) / trained[k[0]][k[1]]
             for k, v in per_gpu.items()

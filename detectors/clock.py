@@ -134,14 +134,23 @@ class EventClock:
         """Grid points the watermark has crossed since the last call, oldest first."""
         return self.grid_points(self.watermark(wall))
 
-    def grid_points(self, watermark: float) -> list[float]:
-        """Grid points up to ``watermark`` not handed out before."""
+    def grid_points(self, watermark: float, since: float | None = None) -> list[float]:
+        """Grid points up to ``watermark`` not handed out before.
+
+        ``since``: the earliest event about to be released. The first call then hands out every
+        grid point from the one at or before it, not only the last: how far the watermark had got
+        when it was first known (a live source's sparse partition that delivers last, a replay's
+        first batch) must not decide which deadlines get a tick of their own.
+
+        >>> EventClock(tick_s=5.0).grid_points(1013.0, since=1001.0)
+        [1000.0, 1005.0, 1010.0]
+        """
         if watermark == -math.inf:
             return []
         top = float(math.floor(watermark / self.tick_s)) * self.tick_s
         if self._last_tick is None:
-            self._last_tick = top
-            return [top]
+            first = top if since is None else min(top, float(math.floor(since / self.tick_s)) * self.tick_s)
+            self._last_tick = first - self.tick_s
         if top <= self._last_tick:
             return []
         count = round((top - self._last_tick) / self.tick_s)

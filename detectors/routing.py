@@ -288,7 +288,7 @@ class Router:
         """Events up to the watermark in timestamp order, each tick right after the events it covers."""
         out: list[tuple[str, Any]] = []
         buffer = self._buffer
-        points = self.clock.grid_points(watermark)
+        points = self.clock.grid_points(watermark, buffer[0][0] if buffer else None)
         next_point = 0
         active = self.active
         sweeps = False  # whether out holds sweeps to turn into frames

@@ -211,3 +211,28 @@ def test_however_events_are_batched_they_leave_in_timestamp_topic_offset_order(e
 
     expected = [(e.ts, e.step) for order, e in sorted(records, key=lambda r: (r[1].ts, r[0]))]
     assert released([1]) == released(sizes) == expected  # one by one (into a long buffer) and in batches
+
+
+def test_a_job_gets_the_same_ticks_however_late_the_watermark_is_first_known():
+    """A live run reads a dense partition far ahead while a sparse one (a few scheduler records, a
+    batch of log lines spanning half an hour) has yet to deliver: the watermark is first known far
+    into the data. The ticks before it must still be handed out, in place: a hang's deadline there
+    fires at its own tick, as in a replay that knew the watermark from the start."""
+
+    def job_ticks(batches: list[list[tuple[str, object]]]) -> list[float]:
+        router = Router(RouterSettings(lateness_s=2, tick_s=5), partitions=["progress/0", "scheduler/0"])
+        out = []
+        for batch in batches:
+            out += router.route_batch([(p, (0, 0, i), ev, None) for i, (p, ev) in enumerate(batch)])
+        out += router.finish()
+        return [item.watermark for key, item in out if key == "job/7" and type(item) is Tick]
+
+    steps = [
+        ("progress/0", _ev(ProgressRecord, ts=100.0 + 10 * i, job_id="7", node="n1", rank=0, step=i)) for i in range(60)
+    ]
+    sched = [("scheduler/0", JobEvent(ts=95.0, job_id="7", state="RUNNING", nodes=["n1"]))]
+    sched += [("scheduler/0", JobEvent(ts=800.0, job_id="7", state="COMPLETED"))]
+    in_step = job_ticks([sched[:1] + steps[:1]] + [[s] for s in steps[1:]] + [sched[1:]])
+    scheduler_last = job_ticks([steps, sched])  # the sparse partition delivers only after the dense one is read
+    assert scheduler_last == in_step
+    assert scheduler_last[:3] == [95.0, 100.0, 105.0]

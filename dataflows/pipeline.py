@@ -13,6 +13,7 @@ public API only (``bytewax.testing.run_main`` / ``cluster_main`` run a flow in t
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -92,17 +93,25 @@ NO_SNAPSHOTS_S = 10 * 365 * 24 * 3600.0
 # allocations) spent about a fifth of a GPU-heavy replay in the collector; collecting 70 times less often
 # gives the same peak memory (docs/benchmarks.md). Reference counting still frees almost everything at once.
 ENGINE_GC_THRESHOLD = (50_000, 20, 20)
+# A replay's reader thread (``replay_columns.read_ahead``) lets go of the interpreter for each call into
+# polars and must then wait for the flow to hand it back, up to the switch interval each time (5 ms by
+# default): with 1 ms the flow waited for blocks ~0.1 s instead of ~0.3 s on a GPU-only replay of 1.44 M
+# records. Nothing else in an engine process asks for the interpreter.
+ENGINE_SWITCH_INTERVAL_S = 0.001
 
 
 @contextmanager
-def engine_gc() -> Iterator[None]:
-    """The engine's garbage-collection thresholds while a flow runs; the previous ones after."""
-    before = gc.get_threshold()
+def engine_runtime() -> Iterator[None]:
+    """The engine's garbage-collection thresholds and thread switch interval while a flow runs; the
+    previous ones after."""
+    before, switch = gc.get_threshold(), sys.getswitchinterval()
     gc.set_threshold(*ENGINE_GC_THRESHOLD)
+    sys.setswitchinterval(ENGINE_SWITCH_INTERVAL_S)
     try:
         yield
     finally:
         gc.set_threshold(*before)
+        sys.setswitchinterval(switch)
 
 
 def run(
@@ -124,7 +133,7 @@ def run(
     # Bytewax snapshots every touched key at each epoch's end, recovery or not: without recovery the
     # snapshots go nowhere, so epochs are made long enough never to end before the input does.
     epoch = timedelta(seconds=snapshot_s if recovery_config is not None else NO_SNAPSHOTS_S)
-    with engine_gc():
+    with engine_runtime():
         if addresses and len(addresses) > 1:
             cluster_main(
                 flow,

@@ -81,7 +81,7 @@ def _child(
 ) -> None:
     from bytewax.testing import cluster_main
 
-    from trainguard.dataflows.pipeline import NO_SNAPSHOTS_S, engine_gc
+    from trainguard.dataflows.pipeline import NO_SNAPSHOTS_S, engine_runtime
 
     try:
         child_outputs = dataclasses.replace(
@@ -92,7 +92,7 @@ def _child(
         )
         # No recovery here: epochs that never end before the input, so no snapshot is taken for nothing.
         epoch = timedelta(seconds=NO_SNAPSHOTS_S)
-        with engine_gc():
+        with engine_runtime():
             cluster_main(build(child_outputs), addresses, index, epoch_interval=epoch, worker_count_per_proc=1)
     except BaseException as exc:  # reported to the parent, which raises
         channel.put((_DONE, f"worker process {index} failed: {type(exc).__name__}: {exc}"))

@@ -52,6 +52,8 @@ _T = TypeVar("_T")
 # JSON Lines read this much at a time. Fewer, larger blocks mean fewer calls that must take the interpreter
 # back (on a GPU-only replay of 1.44 M records: 4 MiB 6.1 s, 8 MiB 5.9 s, 16 MiB 5.2 s, 32 MiB 5.7 s).
 _BLOCK_BYTES = 16 << 20
+# The first block is small: the flow waits for it, with nothing read ahead yet.
+_FIRST_BLOCK_BYTES = 1 << 20
 _BATCH_ROWS = 65_536  # Parquet rows per record batch
 # Blocks read ahead: the merge often asks for a GPU file's next two blocks in a row (on the same replay,
 # 8 MiB blocks: the flow waited on the reader ~0.7 s with one block ready, ~0.55 s with two).
@@ -154,6 +156,14 @@ def _checked(table: pa.Table) -> GpuBlock | None:
     return _columns(pl.from_arrow(table.select([name for name in _SCHEMA if name in names])).select(typed))  # type: ignore[union-attr]
 
 
+_NODES = pl.col("node").unique()
+# Node names polars could have read from something other than a JSON string (a number, true, an array...).
+_NAMES_IN_DOUBT = (
+    _NODES.cast(pl.Float64, strict=False).is_not_null()
+    | _NODES.is_in(["true", "false"])
+    | _NODES.str.starts_with("[")
+    | _NODES.str.starts_with("{")
+).any()
 # ts, node (its rank among the block's names, from 1), gpu and every field, as one float64 array (null is NaN).
 _NUMBERS = [
     pl.col("ts"),
@@ -243,7 +253,7 @@ def jsonl_blocks(path: Path) -> Iterator[tuple[GpuBlock | list[Event] | None, by
 
 
 def _jsonl_blocks(path: Path) -> Iterator[tuple[GpuBlock | list[Event] | None, bytes]]:
-    for block in line_blocks(path, _BLOCK_BYTES):
+    for block in line_blocks(path, _BLOCK_BYTES, _FIRST_BLOCK_BYTES):
         columns = _parse_lines(block)
         yield (columns if columns is not None else decode_block("gpu", block)), block
 
@@ -289,21 +299,31 @@ def read_ahead(items: Iterator[_T], depth: int = 1) -> Iterator[_T]:
                 ready.get(timeout=0.05)
 
 
-def line_blocks(path: Path, size: int) -> Iterator[bytes]:
-    """A file's bytes about ``size`` at a time, cut after a newline (the last block gets one if it lacks it)."""
+def line_blocks(path: Path, size: int, first: int | None = None) -> Iterator[bytes]:
+    """A file's bytes about ``size`` at a time (the first block about ``first``, if smaller), cut after a newline (the
+    last block gets one if it lacks it).
+
+    A block's partial last line is read again with the next block rather than joined to it: one copy of a
+    block, not two (they hold the interpreter, which a reading-ahead thread takes from the flow).
+    """
     with path.open("rb") as fh:
         tail = b""
+        want = min(first or size, size)
         while True:
-            data = fh.read(size)
+            data = fh.read(want)
+            want = size
             if not data:
                 break
-            data = tail + data
+            if tail:  # (a line longer than a block)
+                data, tail = tail + data, b""
             cut = data.rfind(b"\n") + 1
             if cut == 0:
                 tail = data
                 continue
-            block, tail = data[:cut], data[cut:]
-            yield block
+            if cut < len(data):
+                fh.seek(cut - len(data), os.SEEK_CUR)
+                data = data[:cut]
+            yield data
         if tail:
             yield tail + b"\n"
 
@@ -316,9 +336,6 @@ def _parse_lines(block: bytes) -> GpuBlock | None:
     # Blank or over-long lines, carriage returns: the record path knows what to do with those.
     if not len(ends) or lengths.min() < 2 or lengths.max() > MAX_RECORD_BYTES or b"\r" in block:
         return None
-    # polars would read a number where a node's name belongs as its text; the decoder refuses it.
-    if block.count(b'"node":"') + block.count(b'"node": "') != len(ends):
-        return None
     try:
         # Read to the contract's types: a value of another type (a numeric string, a boolean, a float
         # where an integer belongs, a list of reasons) fails the block, which then goes record by record.
@@ -326,6 +343,11 @@ def _parse_lines(block: bytes) -> GpuBlock | None:
     except pl.exceptions.PolarsError:
         return None
     if frame.height != len(ends):
+        return None
+    # polars reads a number, a boolean or an object where a node's name belongs as its text; the decoder
+    # refuses those. Only a block holding a name that could be one is asked of its bytes: a count holds the
+    # interpreter (~7 ms a pass over 16 MiB), and the flow waits for it.
+    if frame.select(_NAMES_IN_DOUBT).item() and block.count(b'"node":"') + block.count(b'"node": "') != len(ends):
         return None
     return _columns(frame)
 

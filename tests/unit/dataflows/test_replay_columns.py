@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trainguard.dataflows import replay
-from trainguard.dataflows.replay_columns import _BLOCK_BYTES, jsonl_blocks, parquet_blocks, read_ahead
+from trainguard.dataflows.replay_columns import _BLOCK_BYTES, jsonl_blocks, line_blocks, parquet_blocks, read_ahead
 from trainguard.detectors.events import DeadLetter, decode
 from trainguard.detectors.frames import GpuFrame, rare_rows, throttle_mask
 
@@ -113,6 +115,45 @@ def test_after_a_fork_blocks_are_decoded_at_once_into_the_same_frames(tmp_path: 
     assert {type(block).__name__ for block, _ in jsonl_blocks(tmp_path / "gpu.jsonl")} == {"list"}
     assert [(item.event.gpus, item.order) for _, item in replay.merged_events(tmp_path)] == columns
     assert _as_records(tmp_path) == _decoded_one_by_one(lines)
+
+
+def test_node_names_polars_may_have_read_from_other_values_are_checked_against_the_bytes(tmp_path: Path, monkeypatch):
+    # polars reads 123, true, [..] or {..} where a name belongs as the text "123", "true", ...; the decoder
+    # refuses them. A block holding such a name is asked of its bytes whether each node was a JSON string.
+    monkeypatch.setattr("trainguard.dataflows.replay_columns._BLOCK_BYTES", 4096)
+    records = _records(40)
+    bad = {100: 123, 300: True, 500: ["x"], 700: {"a": 1}, 900: 1.5, 910: False}  # each in a block of its own
+    compact = {"separators": (",", ":")}
+    lines = [json.dumps(r, **compact if i % 2 else {}).encode() for i, r in enumerate(records)]
+    for i, value in bad.items():
+        lines[i] = json.dumps({**records[i], "node": value}).encode()
+    named = [json.dumps({**r, "node": {"n1": "123", "n2": "true", "n3": "[x]"}[r["node"]]}).encode() for r in records]
+    for name, file_lines in (("bad", lines), ("named", named)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "gpu.jsonl").write_bytes(b"\n".join(file_lines) + b"\n")
+        read = _as_records(tmp_path / name)
+        assert sorted(read, key=lambda r: r[1] if r[0] == "dead" else r[0]) == _decoded_one_by_one(file_lines)
+    assert sum(r[0] == "dead" for r in _as_records(tmp_path / "bad")) == len(bad)
+    # Texts that merely look like another value are names: those blocks are still read as columns.
+    assert {type(block).__name__ for block, _ in jsonl_blocks(tmp_path / "named" / "gpu.jsonl")} == {"GpuBlock"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lines=st.lists(st.binary(min_size=0, max_size=40).map(lambda b: b.replace(b"\n", b"x")), max_size=30),
+    end=st.booleans(),
+    size=st.integers(1, 64),
+    first=st.one_of(st.none(), st.integers(1, 64)),
+)
+def test_line_blocks_cut_a_file_after_newlines_and_lose_nothing(tmp_path_factory, lines, end, size, first):
+    content = b"\n".join(lines) + (b"\n" if end and lines else b"")
+    path = tmp_path_factory.mktemp("blocks") / "f"
+    path.write_bytes(content)
+    blocks = list(line_blocks(path, size, first))
+    assert all(block.endswith(b"\n") for block in blocks)
+    assert b"".join(blocks) == (content if not content or content.endswith(b"\n") else content + b"\n")
+    for block in blocks:  # as large as asked at most, unless it starts with a line longer than that
+        assert len(block) <= max(size, first or 0) or len(block.split(b"\n", 1)[0]) >= min(size, first or size)
 
 
 def test_parquet_batches_read_as_columns_match_json_lines(tmp_path: Path):

@@ -96,7 +96,7 @@ ENGINE_GC_THRESHOLD = (50_000, 20, 20)
 # A replay's reader thread (``replay_columns.read_ahead``) lets go of the interpreter for each call into
 # polars and must then wait for the flow to hand it back, up to the switch interval each time (5 ms by
 # default): with 1 ms the flow waited for blocks ~0.1 s instead of ~0.3 s on a GPU-only replay of 1.44 M
-# records. Nothing else in an engine process asks for the interpreter.
+# records. The flow's own thread gives it up a little more often; an engine process has no other busy thread.
 ENGINE_SWITCH_INTERVAL_S = 0.001
 
 

@@ -300,8 +300,8 @@ def read_ahead(items: Iterator[_T], depth: int = 1) -> Iterator[_T]:
 
 
 def line_blocks(path: Path, size: int, first: int | None = None) -> Iterator[bytes]:
-    """A file's bytes about ``size`` at a time (the first block about ``first``, if smaller), cut after a newline (the
-    last block gets one if it lacks it).
+    """A file's bytes about ``size`` at a time (the first block about ``first``, if smaller), cut after a
+    newline (the last block gets one if it lacks it).
 
     A block's partial last line is read again with the next block rather than joined to it: one copy of a
     block, not two (they hold the interpreter, which a reading-ahead thread takes from the flow).

@@ -138,10 +138,7 @@ class HangDetector:
     # -- inputs ---------------------------------------------------------------
     def observe_progress(self, ts: float, step: int, rank: int | None, node: str) -> bool:
         """A rank reached ``step``; returns whether the job as a whole advanced."""
-        if rank is not None:
-            prev = self._rank_last.get(rank)
-            if prev is None or ts >= prev[0]:
-                self._rank_last[rank] = (ts, node)
+        self.observe_rank(ts, rank, node)
         if step < self._step:  # restarted from a checkpoint: warm up again
             self.restart(ts)
         if step <= self._step:
@@ -166,6 +163,13 @@ class HangDetector:
             self._pause_since = None
         self._fired = False
         return True
+
+    def observe_rank(self, ts: float, rank: int | None, node: str) -> None:
+        """A rank's record at the step the job is already on: :meth:`observe_progress` without a step."""
+        if rank is not None:
+            prev = self._rank_last.get(rank)
+            if prev is None or ts >= prev[0]:
+                self._rank_last[rank] = (ts, node)
 
     def observe_phase(self, ts: float, starts: bool) -> None:
         """A checkpoint/evaluation starts or ends (:func:`detectors.phases.phase_marker`).

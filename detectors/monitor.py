@@ -259,6 +259,23 @@ class JobMonitor:
     def _progress(
         self, ts: float, step: int | None, rank: int | None, node: str, step_time: float | None, per_rank: float | None
     ) -> list[Anomaly]:
+        if step == self._max_step and step == self.hang.last_step and self.ended_at is None:
+            return self._rank_progress(ts, rank, node, per_rank)
+        return self._job_progress(ts, step, rank, node, step_time, per_rank)
+
+    def _rank_progress(self, ts: float, rank: int | None, node: str, per_rank: float | None) -> list[Anomaly]:
+        """Another rank at the step the job is already on (most per-rank records: every rank reports each
+        step): the job did not advance, so only this rank's own state moves — what :meth:`_job_progress`
+        does with such a record, without the rest."""
+        self.hang.observe_rank(ts, rank, node)
+        if per_rank is not None and rank is not None:
+            self.ranks.observe(rank, node, per_rank)
+        return []
+
+    def _job_progress(
+        self, ts: float, step: int | None, rank: int | None, node: str, step_time: float | None, per_rank: float | None
+    ) -> list[Anomaly]:
+        """Any progress record: the job may advance, restart from a checkpoint or stay where it is."""
         if self.ended_at is not None:
             return []
         if step is None:  # progress without a step number: count it ourselves

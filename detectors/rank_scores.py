@@ -112,7 +112,13 @@ class RankScorer:
         self._start_run()
 
     def _medians(self) -> dict[int, float]:
-        return {r: median(t) for r, t in self._times.items() if len(t) == self.window}
+        """Each full window's median: ``statistics.median``'s arithmetic, without its call per rank (this runs
+        for every rank of every job at each evaluation)."""
+        window = self.window
+        mid = window // 2
+        if window % 2:
+            return {r: sorted(t)[mid] for r, t in self._times.items() if len(t) == window}
+        return {r: (s[mid - 1] + s[mid]) / 2 for r, t in self._times.items() if len(t) == window for s in (sorted(t),)}
 
     def scores(self) -> dict[int, tuple[float, float]]:
         """``rank -> (relative, individual)`` for ranks with a full window.
@@ -123,12 +129,20 @@ class RankScorer:
         medians = self._medians()
         if len(medians) < self.min_ranks:
             return {}
-        paces = self._balance.paces(medians, self._stage)
-        norm = {r: m / (paces.get(self._stage[r], 1.0) if r in self._stage else 1.0) for r, m in medians.items()}
+        stage_of = self._stage
+        if stage_of:
+            paces = self._balance.paces(medians, stage_of)
+            norm = {r: m / (paces.get(stage_of[r], 1.0) if r in stage_of else 1.0) for r, m in medians.items()}
+        else:  # no rank in a known stage: every rank's pace is 1, and m / 1.0 is m
+            norm = medians
         ref = min(norm.values()) if self.reference == "fastest" else median(norm.values())
         out = {}
+        best_of = self._best
         for rank, m in medians.items():
-            best = self._best[rank] = min(self._best.get(rank, m), m)
+            best = best_of.get(rank, m)
+            if m < best:  # min(best, m), without the call
+                best = m
+            best_of[rank] = best
             n = norm[rank]
             out[rank] = (min(1.0, ref / n) if n > 0 else 1.0, best / m if m > 0 else 1.0)
         return out

@@ -1,4 +1,4 @@
-"""The straggler detector's baseline median, kept sorted, is statistics.median of its window."""
+"""Rolling medians kept cheaply (the straggler baseline, each rank's window) are statistics.median of their windows."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from statistics import median
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trainguard.detectors.rank_scores import RankScorer
 from trainguard.detectors.straggler import StragglerDetector
 
 
@@ -30,3 +31,30 @@ def test_the_kept_median_is_the_windows_median_and_old_snapshots_resume(times, w
     for i, step_time in enumerate(times[:10], start=len(times)):
         assert repr(resumed.observe_step(float(i), step_time)) == repr(det.observe_step(float(i), step_time))
         assert repr(list(resumed._baseline)) == repr(list(det._baseline))  # (NaN is not equal to itself)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    st.integers(1, 8),
+    st.lists(
+        st.tuples(st.integers(0, 5), st.one_of(st.floats(0.1, 5.0), st.sampled_from([1.0, 2.0]))),
+        min_size=1,
+        max_size=80,
+    ),
+)
+def test_rank_medians_and_scores_are_statistics_median_s(window, timings):
+    scorer = RankScorer(window=window)
+    for rank, seconds in timings:
+        scorer.observe(rank, f"n{rank}", seconds)
+    full = {r: list(t) for r, t in scorer._times.items() if len(t) == window}
+    assert scorer._medians() == {r: median(t) for r, t in full.items()}
+    best_before = dict(scorer._best)
+    scores = scorer.scores()
+    if len(full) < scorer.min_ranks:
+        assert scores == {}
+        return
+    medians = {r: median(t) for r, t in full.items()}
+    ref = median(medians.values())
+    for rank, m in medians.items():
+        best = min(best_before.get(rank, m), m)
+        assert scores[rank] == (min(1.0, ref / m), best / m)

@@ -185,7 +185,8 @@ class JobMonitor:
         tail, self._wrap_tail = self._wrap_tail, None  # only the line just before can be wrapped onto this one
         match read_line(rec.line):
             case Progress(parsed, fault):
-                found = self._progress(ts, parsed.step, rec.rank, rec.node, parsed.step_time_s, None)
+                # (A printed step line is mostly a new step: straight to the general path.)
+                found = self._job_progress(ts, parsed.step, rec.rank, rec.node, parsed.step_time_s, None)
                 return found + (self._emit(self.crash.observe_match(rec, fault)) if fault is not None else [])
             case NvrxScore(score):
                 return self._nvrx(ts, score.rank, score.node, score.score, rec)

@@ -295,19 +295,24 @@ class Router:
         cut = bisect.bisect_right(buffer, watermark, key=_TS)
         due = buffer[:cut]
         del buffer[:cut]
+        # (Locals: this loop runs once per event.)
+        next_tick = points[0] if points else math.inf
+        sharded, never = self.shards > 1, -math.inf
         for ts, _order, _seq, event in due:
-            if next_point < len(points) and points[next_point] < ts:
+            if next_tick < ts:
                 upto = next_point
                 while upto < len(points) and points[upto] < ts:
                     upto += 1
                 out.extend(self._ticks(points[next_point:upto]))
                 next_point = upto
-            key = self._key(event)
-            if self.shards > 1 and not self._owns(key):
+                next_tick = points[upto] if upto < len(points) else math.inf
+            # Most records are a job's own progress: its key without the call (see _key).
+            key = f"job/{event.job_id}" if type(event) is ProgressRecord else self._key(event)
+            if sharded and not self._owns(key):
                 if not self._sent_to_all(event):
                     self.misrouted += 1  # sent here alone, yet another shard's: the sender's placement disagreed
                 continue  # another shard's job (or node): it routes this event
-            if ts > active.get(key, -math.inf):
+            if ts > active.get(key, never):
                 active[key] = ts
             if type(event) is GpuSample:
                 # A node's GPUs report together: consecutive samples of one node and instant go on as one frame.

@@ -120,6 +120,7 @@ def _sort_ts(payload: bytes) -> float | None:
 _CHUNK = 4096  # records per read-ahead chunk of one topic
 _RECORD_BLOCK_BYTES = 1 << 20  # JSON Lines of other topics than gpu decoded this much at a time
 _KEY = itemgetter(0)
+_ITEM = itemgetter(3)
 
 
 def _anchor(sample: list[float]) -> float | None:
@@ -311,6 +312,8 @@ def _payloads(raw: Any) -> Iterator[bytes]:
 def _sweeps(chunk: list[tuple[float, int, int, Any, bytes]]) -> list[tuple[float, int, int, Any, bytes | None]]:
     """The chunk with each run of consecutive GPU samples of one node and instant (each GPU once) as one
     :class:`GpuFrame` at the place of its first sample (a frame keeps no bytes: a dead letter re-encodes it)."""
+    if GpuSample not in set(map(type, map(_ITEM, chunk))):  # (in C) blocks read as columns are frames already
+        return chunk  # type: ignore[return-value]
     out: list[tuple[float, int, int, Any, bytes | None]] = []
     run: list[tuple[float, int, int, Any, bytes]] = []
     for record in chunk:

@@ -312,7 +312,7 @@ def _payloads(raw: Any) -> Iterator[bytes]:
 def _sweeps(chunk: list[tuple[float, int, int, Any, bytes]]) -> list[tuple[float, int, int, Any, bytes | None]]:
     """The chunk with each run of consecutive GPU samples of one node and instant (each GPU once) as one
     :class:`GpuFrame` at the place of its first sample (a frame keeps no bytes: a dead letter re-encodes it)."""
-    if GpuSample not in set(map(type, map(_ITEM, chunk))):  # (in C) blocks read as columns are frames already
+    if GpuSample not in map(type, map(_ITEM, chunk)):  # (in C) blocks read as columns are frames already
         return chunk  # type: ignore[return-value]
     out: list[tuple[float, int, int, Any, bytes | None]] = []
     run: list[tuple[float, int, int, Any, bytes]] = []

@@ -260,6 +260,8 @@ class JobMonitor:
     def _progress(
         self, ts: float, step: int | None, rank: int | None, node: str, step_time: float | None, per_rank: float | None
     ) -> list[Anomaly]:
+        # Both steps: they part when a step goes below zero (the hang detector restarts at -1, the job keeps
+        # its own), and the general path must then decide.
         if step == self._max_step and step == self.hang.last_step and self.ended_at is None:
             return self._rank_progress(ts, rank, node, per_rank)
         return self._job_progress(ts, step, rank, node, step_time, per_rank)

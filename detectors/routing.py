@@ -255,7 +255,7 @@ class Router:
         return None
 
     def _key(self, event: Event) -> str:
-        if type(event) is ProgressRecord:  # most records: a job's own (its id is required)
+        if type(event) is ProgressRecord:  # most records: a job's own (its id is required; _release inlines this)
             return f"job/{event.job_id}"
         if isinstance(event, JobEvent):
             job = str(event.job_id)

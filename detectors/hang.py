@@ -138,10 +138,7 @@ class HangDetector:
     # -- inputs ---------------------------------------------------------------
     def observe_progress(self, ts: float, step: int, rank: int | None, node: str) -> bool:
         """A rank reached ``step``; returns whether the job as a whole advanced."""
-        if rank is not None:  # (observe_rank's lines, not its call: this runs on every step of every job)
-            prev = self._rank_last.get(rank)
-            if prev is None or ts >= prev[0]:
-                self._rank_last[rank] = (ts, node)
+        self.observe_rank(ts, rank, node)
         if step < self._step:  # restarted from a checkpoint: warm up again
             self.restart(ts)
         if step <= self._step:

@@ -146,7 +146,7 @@ class HangDetector:
         if self._last_advance is not None and self._steps_seen >= self.warmup_steps:
             gap = ts - self._last_advance
             per_step = gap / (step - self._step)
-            interval = self.interval()
+            interval = self._interval
             if self._pause_since is None and (interval is None or gap < max(4 * interval, 20.0)):
                 self._add_interval(per_step)
             elif self._step > 0:

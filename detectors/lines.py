@@ -30,9 +30,16 @@ import msgspec
 
 from trainguard.detectors.events import LogRecord
 from trainguard.detectors.hang import parse_rhythm
+from trainguard.detectors.literals import shape
 from trainguard.detectors.phases import phase_marker
 from trainguard.detectors.progress_parsers import ParsedProgress, RankScore, parse_nvrx_score, parse_progress
-from trainguard.detectors.signatures import SignatureMatch, looks_fatal, match_line, strip_envelope
+from trainguard.detectors.signatures import (
+    MAX_MATCHED_CHARS,
+    SignatureMatch,
+    looks_fatal,
+    match_line,
+    strip_envelope,
+)
 
 _RHYTHM_HINTS = ("_interval", "_steps", "every", "val_check", ".interval", ".freq")
 # torchtitan's validator reports its result as a metrics line (torchtitan/components/metrics.py, "validate step:
@@ -120,11 +127,13 @@ _STOP_SIGNATURES = frozenset({"launcher_killed", "python_exception"})
 
 def read_line(line: str) -> LineReading:
     """Read one log line of a job."""
-    parsed = parse_progress(line)
+    # Its shape once, for both readings (a line over MAX_MATCHED_CHARS is matched on a clip of it).
+    line_shape = shape(line) if len(line) <= MAX_MATCHED_CHARS else None
+    parsed = parse_progress(line, line_shape)
     if parsed is not None and _VALIDATION_DONE in line:
         return PhaseMarker(starts=False)
     if parsed is not None:
-        fault = match_line(line)
+        fault = match_line(line, line_shape)
         if fault is None and "\r" in line:  # a progress bar's redraws, then what the terminal shows last
             fault = match_line(line.rsplit("\r", 1)[1])
         return Progress(parsed, fault)
@@ -133,7 +142,7 @@ def read_line(line: str) -> LineReading:
         return NvrxScore(score)
     if "performance:" in line and "NVRx" in line:
         return NvrxSection("individual" if "individual" in line else "relative")
-    match = match_line(line)
+    match = match_line(line, line_shape)
     if (match is None and "CANCELLED AT" in line) or (match is not None and match.signature.id in _STOP_SIGNATURES):
         stopped = _STOPPED.search(line)
         if stopped is not None:

@@ -216,3 +216,40 @@ def _blind(items: list[tuple[Any, Any]]) -> bool:
         elif op not in (_c.ANY, _c.AT, _c.CATEGORY):
             return False  # back-references, conditionals, anything not read here: not blind
     return True
+
+
+class ShapedPattern:
+    """A :func:`digit_blind` pattern that remembers where it matched lines of each :func:`shape`: a line of a
+    shape it has seen is read by slicing, without searching it again (a framework prints its step line in
+    one shape for hours, only the numbers change).
+
+    >>> steps = ShapedPattern(r"step (?P<step>\\d+) loss (?P<loss>[\\d.]+)")
+    >>> line = "step 41 loss 2.5"
+    >>> spans = steps.spans(line, shape(line))
+    >>> line[slice(*spans[1])], steps.spans("step 42 loss 2.4", shape("step 42 loss 2.4"))[2]
+    ('41', (13, 16))
+    >>> steps.spans("loss 2.4", None) is None
+    True
+    """
+
+    def __init__(self, pattern: str, max_shapes: int = 4096) -> None:
+        if not digit_blind(pattern):
+            raise ValueError(f"{pattern!r} is not digit-blind: where it matches depends on more than a line's shape")
+        self.regex = re.compile(pattern)
+        self.max_shapes = max_shapes
+        self._at: dict[bytes, tuple[tuple[int, int], ...] | None] = {}
+
+    def spans(self, line: str, line_shape: bytes | None) -> tuple[tuple[int, int], ...] | None:
+        """The spans of the whole match and of each group (``(-1, -1)`` for a group that took no part), as
+        :attr:`re.Match.regs` gives them; ``None`` when ``line`` does not match. ``line_shape``: ``shape(line)``
+        (``None``: a line with no shape, searched every time)."""
+        at = self._at
+        if line_shape is not None and line_shape in at:
+            return at[line_shape]
+        m = self.regex.search(line)
+        regs = None if m is None else m.regs
+        if line_shape is not None:
+            if len(at) >= self.max_shapes:
+                at.clear()
+            at[line_shape] = regs
+        return regs

@@ -187,7 +187,7 @@ class JobMonitor:
             case Progress(parsed, fault):
                 # (A printed step line is mostly a new step: straight to the general path.)
                 found = self._job_progress(ts, parsed.step, rec.rank, rec.node, parsed.step_time_s, None)
-                return found + (self._emit(self.crash.observe_match(rec, fault)) if fault is not None else [])
+                return found if fault is None else found + self._emit(self.crash.observe_match(rec, fault))
             case NvrxScore(score):
                 return self._nvrx(ts, score.rank, score.node, score.score, rec)
             case NvrxSection(name):
@@ -320,7 +320,7 @@ class JobMonitor:
                 found.append(rank_finding)
         self._max_step, self._last_step_ts = step, ts
         self._phase_since_step = False
-        return resolved + self._emit(found)
+        return resolved + self._emit(found) if found else resolved
 
     def _nvrx(self, ts: float, rank: int, node: str, score: float, rec: LogRecord) -> list[Anomaly]:
         """A rank's score from NVRx's own straggler report."""

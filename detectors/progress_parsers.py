@@ -28,6 +28,8 @@ from typing import NamedTuple
 
 import msgspec
 
+from trainguard.detectors.literals import ShapedPattern
+
 
 class ParsedProgress(NamedTuple):
     step: int | None
@@ -47,12 +49,14 @@ class RankScore(NamedTuple):
 _NUM = r"[-+]?\d[\d,]*\.?\d*(?:[eE][-+]?\d+)?"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
-_MEGATRON = re.compile(
-    r"iteration\s+(?P<step>\d+)\s*/\s*\d+\s*\|.*?elapsed time per iteration \((?P<unit>ms|s)\):\s*"
-    rf"(?P<elapsed>{_NUM})"
+# The step lines frameworks print for hours in one shape, only their numbers changing, are read by slicing
+# where their pattern matched the first line of that shape (see ShapedPattern); the groups by number.
+_MEGATRON = ShapedPattern(
+    r"iteration\s+(\d+)\s*/\s*\d+\s*\|.*?elapsed time per iteration \((ms|s)\):\s*"  # step, unit
+    rf"({_NUM})"  # elapsed
 )
-_MEGATRON_SPS = re.compile(rf"samples per second:\s*(?P<sps>{_NUM})")
-_TORCHTITAN = re.compile(rf"\bstep:\s*(?P<step>\d+)\b.*?\btps:\s*(?P<tps>{_NUM})")
+_MEGATRON_SPS = ShapedPattern(rf"samples per second:\s*({_NUM})")
+_TORCHTITAN = ShapedPattern(rf"\bstep:\s*(\d+)\b.*?\btps:\s*({_NUM})")  # step, tokens per second
 _DS_TIMER = re.compile(
     rf"(?:global_step=(?P<gstep>\d+).*?CurrSamplesPerSec=(?P<cur>{_NUM}))|"
     rf"(?:\]\s*\d+/(?P<step>\d+),\s*SamplesPerSec=(?P<sps>{_NUM}))"
@@ -85,28 +89,33 @@ def _num(text: str) -> float:
     return float(text.replace(",", ""))
 
 
-def parse_progress(line: str) -> ParsedProgress | None:
-    """A progress observation from one log line, or ``None`` when it holds none."""
+def parse_progress(line: str, line_shape: bytes | None = None) -> ParsedProgress | None:
+    """A progress observation from one log line, or ``None`` when it holds none. ``line_shape``: the line's
+    :func:`~trainguard.detectors.literals.shape`, when the caller has it."""
     if "\x1b" in line:
         line = _ANSI.sub("", line)
-    return _parse(line)
+        line_shape = None
+    return _parse(line, line_shape)
 
 
-def _parse(line: str) -> ParsedProgress | None:
+def _parse(line: str, line_shape: bytes | None) -> ParsedProgress | None:
     if "elapsed time per iteration" in line:
-        m = _MEGATRON.search(line)
-        if m:
-            elapsed = _num(m["elapsed"])
-            sps = _MEGATRON_SPS.search(line)
+        at = _MEGATRON.spans(line, line_shape)
+        if at is not None:
+            (_, _), (s0, s1), (u0, u1), (e0, e1) = at
+            elapsed = _num(line[e0:e1])
+            sps = _MEGATRON_SPS.spans(line, line_shape)
             return ParsedProgress(
-                step=int(m["step"]),
-                step_time_s=elapsed / 1000.0 if m["unit"] == "ms" else elapsed,
-                samples_per_s=_num(sps["sps"]) if sps else None,
+                int(line[s0:s1]),
+                elapsed / 1000.0 if u1 - u0 == 2 else elapsed,  # (ms|s)
+                None,
+                None if sps is None else _num(line[sps[1][0] : sps[1][1]]),
             )
     if "tps:" in line:
-        m = _TORCHTITAN.search(line)
-        if m:
-            return ParsedProgress(step=int(m["step"]), tokens_per_s=_num(m["tps"]))
+        at = _TORCHTITAN.spans(line, line_shape)
+        if at is not None:
+            (_, _), (s0, s1), (t0, t1) = at
+            return ParsedProgress(step=int(line[s0:s1]), tokens_per_s=_num(line[t0:t1]))
     if "SamplesPerSec" in line:
         m = _DS_TIMER.search(line)
         if m:

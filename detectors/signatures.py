@@ -253,10 +253,11 @@ class _Plan:
                 found |= branches
         return sorted(found)
 
-    def search(self, line: str, could_match: Callable[[str], bool] | None = None) -> SignatureMatch | None:
-        """The first signature matching ``line``, with the fields it and the line carry; ``could_match``, a
-        pre-filter to try first (a line of a known shape needs none)."""
-        line_shape = shape(line)
+    def search(
+        self, line: str, line_shape: bytes | None, could_match: Callable[[str], bool] | None = None
+    ) -> SignatureMatch | None:
+        """The first signature matching ``line``, with the fields it and the line carry; ``line_shape``, its
+        :func:`shape`; ``could_match``, a pre-filter to try first (a line of a known shape needs none)."""
         remembered = self._unmatched.get(line_shape) if line_shape is not None else None
         if remembered is not None:
             known, digit_words = remembered
@@ -359,19 +360,17 @@ def _plan(signatures: tuple[Signature, ...]) -> _Plan:
     return plan
 
 
-def match_line(line: str) -> SignatureMatch | None:
-    """The first site or catalogue signature matching ``line``, with extracted fields."""
-    line = clip(line)
-    site = _search(_site, line) if _site else None
+def match_line(line: str, line_shape: bytes | None = None) -> SignatureMatch | None:
+    """The first site or catalogue signature matching ``line``, with extracted fields. ``line_shape``: the
+    line's :func:`shape`, when the caller has it (of a line no longer than :data:`MAX_MATCHED_CHARS`)."""
+    if line_shape is None:
+        line = clip(line)
+        line_shape = shape(line)
+    site = _plan(_site).search(line, line_shape) if _site else None
     if site is not None:
         return site
-    found = _plan(CATALOGUE).search(line, could_match)
+    found = _plan(CATALOGUE).search(line, line_shape, could_match)
     return None if found is None else SignatureMatch(_refine(found.signature, found.fields), found.fields)
-
-
-def _search(signatures: tuple[Signature, ...], line: str) -> SignatureMatch | None:
-    """The first of ``signatures`` that matches ``line``, with the fields it and the line carry."""
-    return _plan(signatures).search(line)
 
 
 _NVLINK5_XIDS = frozenset(str(code) for code in range(144, 151))

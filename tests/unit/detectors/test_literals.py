@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tests.support.paths import FIXTURES
 from trainguard.detectors.catalogue import CATALOGUE
 from trainguard.detectors.literals import digit_blind, required_literals, shape
-from trainguard.detectors.signatures import _plan, _search, clip
+from trainguard.detectors.signatures import _plan, clip
 
 
 def _every_pattern(line: str) -> str | None:
@@ -26,7 +26,7 @@ def _every_pattern(line: str) -> str | None:
 
 
 def _planned(line: str) -> str | None:
-    found = _search(CATALOGUE, line)
+    found = _plan(CATALOGUE).search(line, shape(line))
     return None if found is None else found.signature.id
 
 

@@ -359,21 +359,26 @@ def decode_block(topic: str, block: bytes) -> list[Event] | None:
         return None
     if topic == "gpu" and b'"gpus"' in block:
         return None
-    if len(block) > MAX_RECORD_BYTES and _longest_line(block) > MAX_RECORD_BYTES:
-        return None
+    if len(block) > MAX_RECORD_BYTES:  # its lines' ends found once: for their count and the longest
+        ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+        if _longest(ends, len(block)) > MAX_RECORD_BYTES:
+            return None
+        lines = len(ends)
+    else:
+        lines = block.count(b"\n")
     try:
         events = decoder.decode_lines(block)
-        if len(events) != block.count(b"\n") or not (_all_settled(events) or _each_settled(events)):
+        if len(events) != lines or not (_all_settled(events) or _each_settled(events)):
             return None
     except (msgspec.DecodeError, ValueError, OverflowError):
         return None
     return events
 
 
-def _longest_line(block: bytes) -> int:
-    """The length of the longest line of ``block`` (without its newline)."""
-    ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
-    return int(np.diff(ends, prepend=-1, append=len(block)).max()) - 1
+def _longest(ends: np.ndarray, size: int) -> int:
+    """The length of the longest line (without its newline) of a block of ``size`` bytes whose newlines are
+    at ``ends``."""
+    return int(np.diff(ends, prepend=-1, append=size).max()) - 1
 
 
 def _each_settled(events: list[Any]) -> bool:

@@ -39,9 +39,9 @@ the dataloader). Then, in order:
 
 from __future__ import annotations
 
-import bisect
 import math
 import re
+from bisect import bisect_left, insort
 from collections import deque
 
 from trainguard.detectors.findings import Finding
@@ -139,23 +139,26 @@ class HangDetector:
     def observe_progress(self, ts: float, step: int, rank: int | None, node: str) -> bool:
         """A rank reached ``step``; returns whether the job as a whole advanced."""
         self.observe_rank(ts, rank, node)
-        if step < self._step:  # restarted from a checkpoint: warm up again
+        last = self._step
+        if step < last:  # restarted from a checkpoint: warm up again
             self.restart(ts)
-        if step <= self._step:
+            last = self._step
+        if step <= last:
             return False
-        if self._last_advance is not None and self._steps_seen >= self.warmup_steps:
-            gap = ts - self._last_advance
-            per_step = gap / (step - self._step)
+        # (Locals: this runs once per step of every job.)
+        last_advance = self._last_advance
+        if last_advance is not None and self._steps_seen >= self.warmup_steps:
+            gap = ts - last_advance
             interval = self._interval
             if self._pause_since is None and (interval is None or gap < max(4 * interval, 20.0)):
-                self._add_interval(per_step)
-            elif self._step > 0:
-                self._pause_steps.append(self._step)  # a long pause after this step, and the job went on
-        if self._step >= 0:
-            self._deltas.append(step - self._step)
+                self._add_interval(gap / (step - last))
+            elif last > 0:
+                self._pause_steps.append(last)  # a long pause after this step, and the job went on
+        if last >= 0:
+            self._deltas.append(step - last)
         self._step = step
         self._steps_seen += 1
-        self._last_advance = ts if self._last_advance is None else max(ts, self._last_advance)
+        self._last_advance = ts if last_advance is None or ts > last_advance else last_advance
         # A step clearly after the pause began ends it (some frameworks log no
         # end marker); records of the step just before the marker arrive a
         # little after it and must not.
@@ -240,11 +243,14 @@ class HangDetector:
         """One more per-step interval; the window's 90th percentile is kept as it changes (it is read on
         every GPU frame), from the window kept sorted alongside."""
         intervals, ordered = self._intervals, self._ordered
-        if len(intervals) == intervals.maxlen:
-            del ordered[bisect.bisect_left(ordered, intervals[0])]
+        n = len(intervals)
+        if n == intervals.maxlen:
+            del ordered[bisect_left(ordered, intervals[0])]
+        else:
+            n += 1
         intervals.append(per_step)
-        bisect.insort(ordered, per_step)
-        self._interval = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+        insort(ordered, per_step)
+        self._interval = ordered[min(n - 1, int(0.9 * n))]
 
     def interval(self) -> float | None:
         """The 90th percentile of recent per-step intervals (``None`` before the first)."""

@@ -74,7 +74,7 @@ class StragglerDetector:
         if self._normal_run >= self.consecutive:
             self._slow_run.clear()
             self._in_episode = False
-        elif not self._in_episode:
+        elif not self._in_episode and self._slow_run:
             self._slow_run.clear()
         return None
 

@@ -289,6 +289,17 @@ def test_decode_block_refuses_what_must_be_read_line_by_line():
     events = decode_block("progress", good * 3)
     assert events is not None and [e.job_id for e in events] == ["7"] * 3  # settled as decode() settles them
     assert decode_block("progress", good + b"\n" + good) is None  # a blank line
+    assert decode_block("progress", b"\n" + good) is None  # ... first
+    assert decode_block("progress", good + b"   \n") is None  # ... of spaces
+    # A block over the record limit counts its lines another way: the same refusals, and a line over the limit.
+    from trainguard.detectors.events import MAX_RECORD_BYTES
+
+    many = good * (MAX_RECORD_BYTES // len(good) + 10)
+    assert len(decode_block("progress", many)) == many.count(b"\n")
+    assert decode_block("progress", many + b"\n" + good) is None
+    assert decode_block("progress", b"\n" + many) is None
+    huge = good.replace(b'"n1"', b'"' + b"n" * MAX_RECORD_BYTES + b'"')
+    assert decode_block("progress", good * 3 + huge) is None
     assert decode_block("progress", good.replace(b"\n", b"\r\n")) is None
     assert decode_block("progress", good.replace(b"1796119200.5", b"1796119200500")) is None  # ms: refused
     assert decode_block("progress", good.replace(b"3}", b'"3"}')) is None  # the lenient rules' business

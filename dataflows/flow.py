@@ -354,12 +354,12 @@ def build_flow(
             live,
         ),
     )
-    # Like key_rm, but one Python call per batch instead of one per event.
-    routed = op.flat_map_batch("routed", router_out, lambda batch: [kv for _, kv in batch])
-    alive = op.branch("dead_or_alive", routed, lambda kv: kv[0] != DEAD)
+    # Like key_rm and branch, but one Python call per batch instead of one per event.
+    alive = op.flat_map_batch("routed", router_out, lambda batch: [kv for _, kv in batch if kv[0] != DEAD])
+    dead = op.flat_map_batch("dead_letters", router_out, lambda batch: [kv[1] for _, kv in batch if kv[0] == DEAD])
     anomalies = op.key_rm(
         "anomalies",
-        op.stateful_batch("detect", alive.trues, lambda state: MonitorLogic(restore(state) if state else None, det)),  # type: ignore[arg-type]
+        op.stateful_batch("detect", alive, lambda state: MonitorLogic(restore(state) if state else None, det)),  # type: ignore[arg-type]
     )
     hs = det.history
     anomalies = op.key_rm(
@@ -393,7 +393,6 @@ def build_flow(
             lambda state: ActionLogic(new_executor(), restore(state) if state else None),
         ),
     )
-    dead = op.map("dead_letters", alive.falses, lambda kv: kv[1])
 
     op.output(
         "metrics_anomalies",
@@ -407,8 +406,8 @@ def build_flow(
     )
     op.output(
         "metrics_late",
-        alive.falses,
-        CallbackSink(lambda items: metrics.count_by(metrics.DEAD_LETTERS, ((d.topic,) for _, d in items))),
+        dead,
+        CallbackSink(lambda items: metrics.count_by(metrics.DEAD_LETTERS, ((d.topic,) for d in items))),
     )
     if settings.notify.enabled:
         from trainguard.dataflows.notify_step import NotifySink

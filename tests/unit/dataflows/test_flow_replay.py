@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 
 from tests.conftest import DEMO_DIR, RunResult, replay
+from trainguard.dataflows import metrics
 from trainguard.datasets.generator import write_scenario
 from trainguard.detectors.events import MAX_RECORD_BYTES
 
@@ -110,9 +111,12 @@ def test_garbage_is_dead_lettered_counted_and_the_flow_keeps_going(tmp_path: Pat
     rows[500], rows[520] = rows[520], rows[500]
     gpu.write_bytes(b"".join(rows))
 
+    refused = metrics.DEAD_LETTERS.labels(topic="logs")
+    counted_before = refused._value.get()
     result = replay(tmp_path)
     reasons = sorted(d.reason for d in result.dead)
     assert len(result.dead) == len(garbage), reasons
+    assert refused._value.get() - counted_before == len(garbage)  # and counted, by topic
     assert all(d.topic == "logs" for d in result.dead)
     text = "\n".join(reasons)
     for part in (

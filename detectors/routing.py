@@ -255,7 +255,7 @@ class Router:
         return None
 
     def _key(self, event: Event) -> str:
-        if type(event) is ProgressRecord:  # most records: a job's own (its id is required; _release inlines this)
+        if type(event) is ProgressRecord:  # most records: a job's own (its id is required)
             return f"job/{event.job_id}"
         if isinstance(event, JobEvent):
             job = str(event.job_id)
@@ -306,8 +306,7 @@ class Router:
                 out.extend(self._ticks(points[next_point:upto]))
                 next_point = upto
                 next_tick = points[upto] if upto < len(points) else math.inf
-            # Most records are a job's own progress: its key without the call (see _key).
-            key = f"job/{event.job_id}" if type(event) is ProgressRecord else self._key(event)
+            key = self._key(event)
             if sharded and not self._owns(key):
                 if not self._sent_to_all(event):
                     self.misrouted += 1  # sent here alone, yet another shard's: the sender's placement disagreed

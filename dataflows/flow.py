@@ -354,7 +354,7 @@ def build_flow(
             live,
         ),
     )
-    # Like key_rm and branch, but one Python call per batch instead of one per event.
+    # Like key_rm and branch, but a Python call per batch (one for each side) instead of one per event.
     alive = op.flat_map_batch("routed", router_out, lambda batch: [kv for _, kv in batch if kv[0] != DEAD])
     dead = op.flat_map_batch("dead_letters", router_out, lambda batch: [kv[1] for _, kv in batch if kv[0] == DEAD])
     anomalies = op.key_rm(

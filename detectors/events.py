@@ -354,16 +354,19 @@ def decode_block(topic: str, block: bytes) -> list[Event] | None:
     :func:`decode` gives each line — or ``None`` when some line needs reading on its own (a blank or
     over-long line, a sweep, a record the strict decoder refuses or the flow would refuse)."""
     decoder = _DECODERS.get(topic)
-    # (A blank line needs no scan of its own: the decoder skips it, and the count of records then falls short.)
     if decoder is None or b"\r" in block:
         return None
     if topic == "gpu" and b'"gpus"' in block:
         return None
-    if len(block) > MAX_RECORD_BYTES:  # its lines' ends found once: for their count and the longest
-        ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
-        if _longest(ends, len(block)) > MAX_RECORD_BYTES:
+    # A blank line is refused, not left to the count below: the decoder skips it, and two records on one
+    # line would make up for it. A large block's line lengths come from one pass (no over-long line either).
+    if len(block) > MAX_RECORD_BYTES:
+        lengths = np.diff(np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10), prepend=-1) - 1
+        if not len(lengths) or lengths.min() < 1 or lengths.max() > MAX_RECORD_BYTES:
             return None
-        lines = len(ends)
+        lines = len(lengths)
+    elif b"\n\n" in block or block[:1] == b"\n":
+        return None
     else:
         lines = block.count(b"\n")
     try:
@@ -373,12 +376,6 @@ def decode_block(topic: str, block: bytes) -> list[Event] | None:
     except (msgspec.DecodeError, ValueError, OverflowError):
         return None
     return events
-
-
-def _longest(ends: np.ndarray, size: int) -> int:
-    """The length of the longest line (without its newline) of a block of ``size`` bytes whose newlines are
-    at ``ends``."""
-    return int(np.diff(ends, prepend=-1, append=size).max()) - 1
 
 
 def _each_settled(events: list[Any]) -> bool:

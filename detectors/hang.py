@@ -158,7 +158,7 @@ class HangDetector:
             self._deltas.append(step - last)
         self._step = step
         self._steps_seen += 1
-        self._last_advance = ts if last_advance is None or ts > last_advance else last_advance
+        self._last_advance = ts if last_advance is None else max(ts, last_advance)
         # A step clearly after the pause began ends it (some frameworks log no
         # end marker); records of the step just before the marker arrive a
         # little after it and must not.

@@ -129,11 +129,11 @@ def read_line(line: str) -> LineReading:
     """Read one log line of a job."""
     # Its shape once, for both readings (a line over MAX_MATCHED_CHARS is matched on a clip of it).
     line_shape = shape(line) if len(line) <= MAX_MATCHED_CHARS else None
-    parsed = parse_progress(line, line_shape)
+    parsed = parse_progress(line, line_shape=line_shape)
     if parsed is not None and _VALIDATION_DONE in line:
         return PhaseMarker(starts=False)
     if parsed is not None:
-        fault = match_line(line, line_shape)
+        fault = match_line(line, line_shape=line_shape)
         if fault is None and "\r" in line:  # a progress bar's redraws, then what the terminal shows last
             fault = match_line(line.rsplit("\r", 1)[1])
         return Progress(parsed, fault)
@@ -142,7 +142,7 @@ def read_line(line: str) -> LineReading:
         return NvrxScore(score)
     if "performance:" in line and "NVRx" in line:
         return NvrxSection("individual" if "individual" in line else "relative")
-    match = match_line(line, line_shape)
+    match = match_line(line, line_shape=line_shape)
     if (match is None and "CANCELLED AT" in line) or (match is not None and match.signature.id in _STOP_SIGNATURES):
         stopped = _STOPPED.search(line)
         if stopped is not None:

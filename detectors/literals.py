@@ -218,6 +218,9 @@ def _blind(items: list[tuple[Any, Any]]) -> bool:
     return True
 
 
+_UNSEEN = object()
+
+
 class ShapedPattern:
     """A :func:`digit_blind` pattern that remembers where it matched lines of each :func:`shape`: a line of a
     shape it has seen is read by slicing, without searching it again (a framework prints its step line in
@@ -241,15 +244,17 @@ class ShapedPattern:
 
     def spans(self, line: str, line_shape: bytes | None) -> tuple[tuple[int, int], ...] | None:
         """The spans of the whole match and of each group (``(-1, -1)`` for a group that took no part), as
-        :attr:`re.Match.regs` gives them; ``None`` when ``line`` does not match. ``line_shape``: ``shape(line)``
+        :meth:`re.Match.span` gives them; ``None`` when ``line`` does not match. ``line_shape``: ``shape(line)``
         (``None``: a line with no shape, searched every time)."""
         at = self._at
-        if line_shape is not None and line_shape in at:
-            return at[line_shape]
+        if line_shape is not None:
+            known = at.get(line_shape, _UNSEEN)
+            if known is not _UNSEEN:
+                return known  # type: ignore[return-value]
         m = self.regex.search(line)
-        regs = None if m is None else m.regs
+        spans = None if m is None else tuple(m.span(group) for group in range(self.regex.groups + 1))
         if line_shape is not None:
             if len(at) >= self.max_shapes:
                 at.clear()
-            at[line_shape] = regs
-        return regs
+            at[line_shape] = spans
+        return spans

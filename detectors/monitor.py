@@ -320,7 +320,7 @@ class JobMonitor:
                 found.append(rank_finding)
         self._max_step, self._last_step_ts = step, ts
         self._phase_since_step = False
-        return resolved + self._emit(found) if found else resolved
+        return (resolved + self._emit(found)) if found else resolved
 
     def _nvrx(self, ts: float, rank: int, node: str, score: float, rec: LogRecord) -> list[Anomaly]:
         """A rank's score from NVRx's own straggler report."""

@@ -89,7 +89,7 @@ def _num(text: str) -> float:
     return float(text.replace(",", ""))
 
 
-def parse_progress(line: str, line_shape: bytes | None = None) -> ParsedProgress | None:
+def parse_progress(line: str, *, line_shape: bytes | None = None) -> ParsedProgress | None:
     """A progress observation from one log line, or ``None`` when it holds none. ``line_shape``: the line's
     :func:`~trainguard.detectors.literals.shape`, when the caller has it."""
     if "\x1b" in line:
@@ -102,20 +102,20 @@ def _parse(line: str, line_shape: bytes | None) -> ParsedProgress | None:
     if "elapsed time per iteration" in line:
         at = _MEGATRON.spans(line, line_shape)
         if at is not None:
-            (_, _), (s0, s1), (u0, u1), (e0, e1) = at
-            elapsed = _num(line[e0:e1])
+            _, (step_from, step_to), (unit_from, unit_to), (elapsed_from, elapsed_to) = at
+            elapsed = _num(line[elapsed_from:elapsed_to])
             sps = _MEGATRON_SPS.spans(line, line_shape)
             return ParsedProgress(
-                int(line[s0:s1]),
-                elapsed / 1000.0 if u1 - u0 == 2 else elapsed,  # (ms|s)
+                int(line[step_from:step_to]),
+                elapsed / 1000.0 if line[unit_from:unit_to] == "ms" else elapsed,
                 None,
                 None if sps is None else _num(line[sps[1][0] : sps[1][1]]),
             )
     if "tps:" in line:
         at = _TORCHTITAN.spans(line, line_shape)
         if at is not None:
-            (_, _), (s0, s1), (t0, t1) = at
-            return ParsedProgress(step=int(line[s0:s1]), tokens_per_s=_num(line[t0:t1]))
+            _, (step_from, step_to), (tps_from, tps_to) = at
+            return ParsedProgress(step=int(line[step_from:step_to]), tokens_per_s=_num(line[tps_from:tps_to]))
     if "SamplesPerSec" in line:
         m = _DS_TIMER.search(line)
         if m:

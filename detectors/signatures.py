@@ -360,9 +360,10 @@ def _plan(signatures: tuple[Signature, ...]) -> _Plan:
     return plan
 
 
-def match_line(line: str, line_shape: bytes | None = None) -> SignatureMatch | None:
+def match_line(line: str, *, line_shape: bytes | None = None) -> SignatureMatch | None:
     """The first site or catalogue signature matching ``line``, with extracted fields. ``line_shape``: the
-    line's :func:`shape`, when the caller has it (of a line no longer than :data:`MAX_MATCHED_CHARS`)."""
+    line's :func:`shape`, when the caller has it (of a line no longer than :data:`MAX_MATCHED_CHARS`, which
+    is then matched whole: only a longer line is clipped)."""
     if line_shape is None:
         line = clip(line)
         line_shape = shape(line)

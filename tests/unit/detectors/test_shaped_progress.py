@@ -38,27 +38,28 @@ def test_lines_of_a_remembered_shape_parse_as_searched_lines_do(template: str, r
         # The same line once more with each digit changed: its shape is the first line's, seen just before.
         twin = line.translate(str.maketrans("0123456789", "7890123456"))
         for text in (line, twin):
-            assert parse_progress(text, shape(text)) == parse_progress(text)
+            assert parse_progress(text, line_shape=shape(text)) == parse_progress(text)
 
 
 def test_a_step_line_of_a_known_shape_is_read_without_searching_it(monkeypatch: pytest.MonkeyPatch):
     first = "iteration      120/  500000 | elapsed time per iteration (ms): 4247.9 | samples per second: 7.5 |"
-    assert parse_progress(first, shape(first)) == (120, 4.2479, None, 7.5)
+    assert parse_progress(first, line_shape=shape(first)) == (120, 4.2479, None, 7.5)
     searched = []
     pattern = progress_parsers._MEGATRON
     real = pattern.regex
     monkeypatch.setattr(pattern, "regex", _Spy(real, searched))
     line = "iteration      121/  500000 | elapsed time per iteration (ms): 4301.2 | samples per second: 7.4 |"
-    assert parse_progress(line, shape(line)) == (121, 4.3012, None, 7.4)
+    assert parse_progress(line, line_shape=shape(line)) == (121, 4.3012, None, 7.4)
     assert searched == []
     other = "iteration      1210/  500000 | elapsed time per iteration (ms): 4301.2 | samples per second: 7.4 |"
-    assert parse_progress(other, shape(other)).step == 1210
+    assert parse_progress(other, line_shape=shape(other)).step == 1210
     assert searched == [other]  # a new shape: searched once
 
 
 class _Spy:
     def __init__(self, regex, calls: list[str]) -> None:
         self._regex, self._calls = regex, calls
+        self.groups = regex.groups
 
     def search(self, line: str):
         self._calls.append(line)

@@ -351,24 +351,17 @@ def _settled(event: Any) -> str | None:
 
 def decode_block(topic: str, block: bytes) -> list[Event] | None:
     """Every line of ``block`` (whole lines, each ending in a newline) decoded at once — exactly what
-    :func:`decode` gives each line — or ``None`` when some line needs reading on its own (a blank or
-    over-long line, a sweep, a record the strict decoder refuses or the flow would refuse)."""
+    :func:`decode` gives each line — or ``None`` when some line needs reading on its own (one that is
+    not a lone object, or over-long; a sweep; a record the strict decoder refuses or the flow would
+    refuse)."""
     decoder = _DECODERS.get(topic)
     if decoder is None or b"\r" in block:
         return None
     if topic == "gpu" and b'"gpus"' in block:
         return None
-    # A blank line is refused, not left to the count below: the decoder skips it, and two records on one
-    # line would make up for it. A large block's line lengths come from one pass (no over-long line either).
-    if len(block) > MAX_RECORD_BYTES:
-        lengths = np.diff(np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10), prepend=-1) - 1
-        if not len(lengths) or lengths.min() < 1 or lengths.max() > MAX_RECORD_BYTES:
-            return None
-        lines = len(lengths)
-    elif b"\n\n" in block or block[:1] == b"\n":
+    lines = _record_lines(block)
+    if lines is None:
         return None
-    else:
-        lines = block.count(b"\n")
     try:
         events = decoder.decode_lines(block)
         if len(events) != lines or not (_all_settled(events) or _each_settled(events)):
@@ -376,6 +369,26 @@ def decode_block(topic: str, block: bytes) -> list[Event] | None:
     except (msgspec.DecodeError, ValueError, OverflowError):
         return None
     return events
+
+
+def _record_lines(block: bytes) -> int | None:
+    """How many lines ``block`` holds, when each can be a record of its own: whole lines, none over the
+    record limit, each starting with ``{``; else ``None``. (A line starting otherwise — blank, spaces,
+    anything before its object — is read on its own: the decoder would skip a blank line, and two
+    records glued on another line would then make up for it in the count.)"""
+    data = np.frombuffer(block, dtype=np.uint8)
+    ends = np.flatnonzero(data == 10)  # one pass: the lines' count, starts and lengths
+    if not len(ends) or ends[-1] != len(block) - 1:
+        return None
+    starts = np.empty_like(ends)
+    starts[0] = 0
+    starts[1:] = ends[:-1] + 1
+    if (data[starts] != _OPEN_BRACE).any() or int((ends - starts).max()) > MAX_RECORD_BYTES:
+        return None
+    return len(ends)
+
+
+_OPEN_BRACE = ord("{")
 
 
 def _each_settled(events: list[Any]) -> bool:

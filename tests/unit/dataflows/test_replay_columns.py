@@ -303,8 +303,10 @@ def test_decode_block_refuses_what_must_be_read_line_by_line():
     # Two records glued on one line (a dead letter on its own) beside a blank line: the counts agree, yet
     # the block must still be read line by line.
     glued = good.rstrip(b"\n") + good
-    for block in (glued + b"\n", b"\n" + glued, good + glued + b"\n" + good, many + glued + b"\n"):
+    for block in (glued + b"\n", b"\n" + glued, good + glued + b"\n" + good, many + glued + b"\n", glued + b"   \n"):
         assert decode_block("progress", block) is None
+    assert decode_block("progress", good + b"  " + good) is None  # not a lone object at its start: read alone
+    assert decode_block("progress", good.rstrip(b"\n")) is None  # not whole lines
     assert decode_block("progress", good.replace(b"\n", b"\r\n")) is None
     assert decode_block("progress", good.replace(b"1796119200.5", b"1796119200500")) is None  # ms: refused
     assert decode_block("progress", good.replace(b"3}", b'"3"}')) is None  # the lenient rules' business

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from trainguard.detectors.events import MAX_RECORD_BYTES, MAX_TS, MIN_TS, Event, decode_block
+from trainguard.detectors.events import MAX_TS, MIN_TS, Event, decode_block, record_lines
 from trainguard.detectors.frames import FIELDS, INTEGER_FIELDS, GpuFrame, rare_rows, same_sweep
 
 # polars' thread pool does not survive fork(): a forked process (a worker of ``replay --processes``)
@@ -331,10 +331,8 @@ def line_blocks(path: Path, size: int, first: int | None = None) -> Iterator[byt
 def _parse_lines(block: bytes) -> GpuBlock | None:
     if _FORKED:
         return None
-    ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
-    lengths = np.diff(ends, prepend=-1) - 1
-    # Blank or over-long lines, carriage returns: the record path knows what to do with those.
-    if not len(ends) or lengths.min() < 2 or lengths.max() > MAX_RECORD_BYTES or b"\r" in block:
+    lines = record_lines(block)
+    if lines is None:
         return None
     try:
         # Read to the contract's types: a value of another type (a numeric string, a boolean, a float
@@ -342,12 +340,12 @@ def _parse_lines(block: bytes) -> GpuBlock | None:
         frame = pl.read_ndjson(block, schema=_SCHEMA)
     except pl.exceptions.PolarsError:
         return None
-    if frame.height != len(ends):
+    if frame.height != lines:
         return None
     # polars reads a number, a boolean or an object where a node's name belongs as its text; the decoder
     # refuses those. Only a block holding a name that could be one is asked of its bytes: a count holds the
     # interpreter (~7 ms a pass over 16 MiB), and the flow waits for it.
-    if frame.select(_NAMES_IN_DOUBT).item() and block.count(b'"node":"') + block.count(b'"node": "') != len(ends):
+    if frame.select(_NAMES_IN_DOUBT).item() and block.count(b'"node":"') + block.count(b'"node": "') != lines:
         return None
     return _columns(frame)
 

@@ -355,11 +355,9 @@ def decode_block(topic: str, block: bytes) -> list[Event] | None:
     not a lone object, or over-long; a sweep; a record the strict decoder refuses or the flow would
     refuse)."""
     decoder = _DECODERS.get(topic)
-    if decoder is None or b"\r" in block:
+    if decoder is None or (topic == "gpu" and b'"gpus"' in block):
         return None
-    if topic == "gpu" and b'"gpus"' in block:
-        return None
-    lines = _record_lines(block)
+    lines = record_lines(block)
     if lines is None:
         return None
     try:
@@ -371,11 +369,14 @@ def decode_block(topic: str, block: bytes) -> list[Event] | None:
     return events
 
 
-def _record_lines(block: bytes) -> int | None:
-    """How many lines ``block`` holds, when each can be a record of its own: whole lines, none over the
-    record limit, each starting with ``{``; else ``None``. (A line starting otherwise — blank, spaces,
-    anything before its object — is read on its own: the decoder would skip a blank line, and two
-    records glued on another line would then make up for it in the count.)"""
+def record_lines(block: bytes) -> int | None:
+    """How many lines ``block`` holds, when a whole-block reader may take it: whole lines, none over the
+    record limit, each starting with ``{``, no carriage return; else ``None`` (the record path knows what
+    to do with those). A line starting otherwise — blank, spaces, anything before its object — must be
+    read on its own: a reader would skip a blank line, and two records glued on another line would then
+    make up for it in the count."""
+    if b"\r" in block:
+        return None
     data = np.frombuffer(block, dtype=np.uint8)
     ends = np.flatnonzero(data == 10)  # one pass: the lines' count, starts and lengths
     if not len(ends) or ends[-1] != len(block) - 1:

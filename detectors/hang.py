@@ -243,14 +243,11 @@ class HangDetector:
         """One more per-step interval; the window's 90th percentile is kept as it changes (it is read on
         every GPU frame), from the window kept sorted alongside."""
         intervals, ordered = self._intervals, self._ordered
-        n = len(intervals)
-        if n == intervals.maxlen:
+        if len(intervals) == intervals.maxlen:
             del ordered[bisect_left(ordered, intervals[0])]
-        else:
-            n += 1
         intervals.append(per_step)
         insort(ordered, per_step)
-        self._interval = ordered[min(n - 1, int(0.9 * n))]
+        self._interval = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
 
     def interval(self) -> float | None:
         """The 90th percentile of recent per-step intervals (``None`` before the first)."""

@@ -106,6 +106,19 @@ def test_odd_records_are_read_as_the_decoder_reads_them(tmp_path: Path, monkeypa
     assert sum(r[0] == "dead" for r in read) == 2
 
 
+def test_records_glued_on_one_line_beside_a_line_of_spaces_are_read_line_by_line(tmp_path: Path):
+    # Neither polars nor the decoder may take the block whole: the line of spaces would be skipped, and the
+    # glued line would make up for it in the count.
+    lines = [json.dumps(r).encode() for r in _records(4)]
+    body = [*lines[:10], lines[10] + lines[11], b"   ", *lines[12:]]
+    (tmp_path / "gpu.jsonl").write_bytes(b"\n".join(body) + b"\n")
+    assert [block for block, _ in jsonl_blocks(tmp_path / "gpu.jsonl")] == [None]
+    read = _as_records(tmp_path)
+    dead = [r for r in read if r[0] == "dead"]
+    assert len(dead) == 1 and "trailing characters" in dead[0][2]  # the glued line, refused whole
+    assert len(read) == len(lines) - 1  # every other record read
+
+
 def test_after_a_fork_blocks_are_decoded_at_once_into_the_same_frames(tmp_path: Path, monkeypatch):
     # polars may not run in a forked worker: the decoder reads each block in one call instead.
     lines = [json.dumps(r).encode() for r in _records(40)]

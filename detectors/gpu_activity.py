@@ -115,15 +115,22 @@ class GpuActivity:
                 levels = self._train_power[node] = {}
             gpus = frames[0].gpus
             if len(set(gpus)) == len(gpus) and all(f.gpus == gpus for f in frames):
-                # Per GPU, its utilisations and powers as Python floats: the arithmetic of frame by frame.
-                columns = np.stack([f.values for f in frames])[:, _UTIL_POWER].transpose(2, 1, 0).tolist()
-                for gpu, (utils, powers) in zip(gpus, columns, strict=True):
-                    _fold(levels, gpu, utils, powers)
+                # Which samples teach (busy, power reported) found as columns; then per GPU, the powers that
+                # do as Python floats, folded one by one: the arithmetic of frame by frame, bit for bit.
+                util, power = np.array([f.values for f in frames])[:, _UTIL_POWER].transpose(1, 2, 0)
+                teaching = (power == power) & (util >= BUSY_UTIL)  # (NaN compares false)
+                if teaching.all():
+                    columns = power.tolist()
+                else:
+                    columns = [p[t].tolist() for p, t in zip(power, teaching, strict=True)]
+                for gpu, powers in zip(gpus, columns, strict=True):
+                    _fold(levels, gpu, powers)
             else:
                 for frame in frames:  # a GPU twice in a frame, or GPUs changing: frame by frame
                     utils, powers = frame.values[UTIL].tolist(), frame.values[POWER].tolist()
                     for gpu, util, power in zip(frame.gpus, utils, powers, strict=True):
-                        _fold(levels, gpu, [util], [power])
+                        if power == power and util >= BUSY_UTIL:
+                            _fold(levels, gpu, [power])
 
     def forget(self) -> None:
         """The job restarted: recent samples no longer describe it (the learned levels still do)."""
@@ -169,14 +176,17 @@ Reading = tuple[float, float | None, float | None]  # a GPU's (ts, util, power)
 _UTIL_POWER = [UTIL, POWER]
 
 
-def _fold(levels: dict[int, float], gpu: int, utils: list[float], powers: list[float]) -> None:
-    """A GPU's training power level after these samples: ``level + TRAIN_EWM * (power - level)`` each."""
+def _fold(levels: dict[int, float], gpu: int, powers: list[float]) -> None:
+    """A GPU's training power level after these busy samples' powers: ``level + TRAIN_EWM * (power - level)``
+    each, in order (a first sample sets it)."""
+    if not powers:
+        return
     level = levels.get(gpu)
-    for util, power in zip(utils, powers, strict=True):
-        if power == power and util >= BUSY_UTIL:  # (NaN compares false: not reported)
-            level = power if level is None else level + TRAIN_EWM * (power - level)
-    if level is not None:
-        levels[gpu] = level
+    if level is None:
+        level, powers = powers[0], powers[1:]
+    for power in powers:
+        level = level + TRAIN_EWM * (power - level)
+    levels[gpu] = level
 
 
 def _reading(frame: GpuFrame, i: int) -> Reading:

@@ -113,7 +113,7 @@ class GpuHealth:
             before is not None
             and not frame.rare
             and before.gpus == frame.gpus
-            and not (self._throttled and any(key in self._throttled for key in frame.keys))
+            and self._throttled.keys().isdisjoint(frame.keys)
             and before.counter_key() == frame.counter_key()
             and not (self.idle_drift and self._any_idle(frame))
         ):
@@ -124,26 +124,37 @@ class GpuHealth:
                 if key[1] not in frame.gpus:
                     self._last[key] = (before, i)
         rare = frame.rare_gpus() if frame.rare else None  # which GPUs carry the news
-        # Which GPUs' counters moved since the node's last frame, when it had the same GPUs (bit for bit,
-        # as the bytes compared above): the others need judging only if rare or being counted as throttled.
-        moved = _moved(before, frame) if before is not None and before.gpus == frame.gpus else None
+        if before is not None and before.gpus == frame.gpus:
+            return self._same_gpus(before, frame, rare)
         for i, key in enumerate(frame.keys):
             if before is not None and key[1] in before.gpus:
-                last: tuple[GpuFrame, int] | None = (before, before.gpus.index(key[1]) if moved is None else i)
+                last: tuple[GpuFrame, int] | None = (before, before.gpus.index(key[1]))
             else:
                 last = self._last.pop(key, None)
-            if last is None or (rare and rare[i]) or (moved is not None and (moved[i] or key in self._throttled)):
-                need = _JUDGE
-            elif moved is not None:
-                need = self._idle_need(frame, i)
-            else:
-                need = self._need(frame, i, last, key)
+            need = _JUDGE if last is None or (rare and rare[i]) else self._need(frame, i, last, key)
             if need == _DRIFT:
-                temp, power = nulls([frame.values[_TEMP, i].item(), frame.values[_POWER, i].item()])
-                found += self._drift_of_idle(key, temp, power, lambda i=i: frame.sample(i))  # type: ignore[misc]
+                found += self._drift_of_gpu(frame, i)
             elif need == _JUDGE:
                 found += self._judge(frame.sample(i), None if last is None else last[0].sample(last[1]))
         return found
+
+    def _same_gpus(self, before: GpuFrame, frame: GpuFrame, rare: list[bool] | None) -> list[Finding]:
+        """A frame of the same GPUs as the node's last one, which did not pass as a whole. A GPU whose
+        counters moved (bit for bit, as the bytes compared), whose sample is rare or that is being counted
+        as throttled is judged; an idle one, of a node with no job, has its drift scored; the rest: nothing."""
+        moved, throttled = _moved(before, frame), self._throttled
+        idle = (frame.values[UTIL] < self.settings.drift_idle_util_pct).tolist() if self.idle_drift else None
+        found: list[Finding] = []
+        for i, key in enumerate(frame.keys):
+            if moved[i] or (rare and rare[i]) or key in throttled:
+                found += self._judge(frame.sample(i), before.sample(i))
+            elif idle and idle[i]:
+                found += self._drift_of_gpu(frame, i)
+        return found
+
+    def _drift_of_gpu(self, frame: GpuFrame, i: int) -> list[Finding]:
+        temp, power = nulls([frame.values[_TEMP, i].item(), frame.values[_POWER, i].item()])
+        return self._drift_of_idle(frame.keys[i], temp, power, lambda: frame.sample(i))
 
     def _need(self, frame: GpuFrame, i: int, last: tuple[GpuFrame, int], key: tuple[str, int]) -> int:
         """What GPU ``i`` of a frame, its sample not rare, needs: nothing (counters as they were, not being

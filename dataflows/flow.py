@@ -179,6 +179,19 @@ class HistoryLogic(StatefulBatchLogic[Anomaly, Anomaly, bytes]):
         return pickle.dumps(self.history, protocol=pickle.HIGHEST_PROTOCOL)
 
 
+class _Unjudged(StatefulBatchLogic[Any, Anomaly, bytes]):
+    """The detect step with the detectors switched off: a key's events reach it and go no further."""
+
+    def __init__(self, _state: bytes | None = None) -> None:
+        pass
+
+    def on_batch(self, values: list[Any]) -> tuple[list[Anomaly], bool]:
+        return [], StatefulBatchLogic.RETAIN
+
+    def snapshot(self) -> bytes:
+        return b""
+
+
 def _new_monitor(event: Event, settings: DetectorSettings) -> JobMonitor | NodeMonitor:
     job = getattr(event, "job_id", None)
     node_only = type(event) is GpuFrame or isinstance(event, GpuSample | NodeEvent)
@@ -315,12 +328,15 @@ def build_flow(
     record_mapper: Callable[[Any], RawRecord | DeadLetter] | None = None,
     clock_partitions: list[str] | None = None,
     drain_reports: bool = False,
+    detect: bool = True,
 ) -> Dataflow:
     """Wire the whole pipeline over ``source`` (a replay or Kafka source).
 
     ``clock_partitions`` names every ordered input stream (Kafka topic-partitions)
     so the watermark waits for all of them; a replay is one stream. ``drain_reports``:
     the source says when a partition has drained (see ``kafka_io.LiveKafkaSource``).
+    ``detect=False`` hands each key's events to a step that drops them: what reading,
+    ordering, routing and Bytewax cost without the detectors (``trainguard bench replay --run bare``).
     """
     det = settings.detectors
     use_site_signatures(det.signatures)  # in every process that builds the flow, before any line is read
@@ -359,7 +375,11 @@ def build_flow(
     dead = op.flat_map_batch("dead_letters", router_out, lambda batch: [kv[1] for _, kv in batch if kv[0] == DEAD])
     anomalies = op.key_rm(
         "anomalies",
-        op.stateful_batch("detect", alive, lambda state: MonitorLogic(restore(state) if state else None, det)),  # type: ignore[arg-type]
+        op.stateful_batch(
+            "detect",
+            alive,
+            (lambda state: MonitorLogic(restore(state) if state else None, det)) if detect else _Unjudged,  # type: ignore[arg-type]
+        ),
     )
     hs = det.history
     anomalies = op.key_rm(

@@ -62,16 +62,19 @@ def machine_ceiling(processes: int) -> float:
 
 
 def parse_config(text: str) -> tuple[str, int]:
-    """``1`` (one in-process worker), ``t2`` (two worker threads), ``p2`` (two worker processes).
+    """``1`` (one in-process worker), ``t2`` (two worker threads), ``p2`` (two worker processes), ``bare``
+    (one worker, the detectors switched off: what the flow around them costs).
 
-    >>> parse_config("p2"), parse_config("1")
-    (('p', 2), ('t', 1))
+    >>> parse_config("p2"), parse_config("1"), parse_config("bare")
+    (('p', 2), ('t', 1), ('b', 1))
     """
+    if text == "bare":
+        return "b", 1
     kind = text[0] if text[:1] in ("t", "p") else "t"
     try:
         n = int(text.lstrip("tp"))
     except ValueError:
-        raise ValueError(f"{text!r} is not a configuration: use N, tN (threads) or pN (processes).") from None
+        raise ValueError(f"{text!r} is not a configuration: use N, tN (threads), pN (processes) or bare.") from None
     if n < 1:
         raise ValueError(f"{text!r}: at least one worker.")
     return kind, n
@@ -167,7 +170,7 @@ def replay_throughput(
                 else:
                     settings = Settings()
                     settings.router.shards = n
-                    run_threads(build_flow(ReplaySource(directory), settings, outputs), n)
+                    run_threads(build_flow(ReplaySource(directory), settings, outputs, detect=kind != "b"), n)
                 timings[(kind, n)].append(time.perf_counter() - started)
                 found[(kind, n)].add(len(anomalies))
             if most > 1:
@@ -185,7 +188,7 @@ def replay_throughput(
         baseline = baseline or rate
         noun = {"p": "process", "t": "thread"}[kind] if n > 1 or kind == "p" else ""
         plural = ("es" if kind == "p" else "s") if n > 1 else ""
-        label = f"{n} worker {noun}{plural}".rstrip()
+        label = "detectors off" if kind == "b" else f"{n} worker {noun}{plural}".rstrip()
         print(
             f"{label:<21} {rate:>12,.0f} events/s median of {len(runs)} ({median:.2f}s incl. start-up), "
             f"×{rate / baseline:.2f}, {rate / raw_rate:.3f}× decode; anomalies {sorted(found[(kind, n)])}"

@@ -22,7 +22,10 @@ bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: throughput, dete
 def replay_cmd(
     run: Annotated[
         list[str] | None,
-        typer.Option(help="A configuration, repeatable: 1 (one worker), tN (N threads), pN (N processes)."),
+        typer.Option(
+            help="A configuration, repeatable: 1 (one worker), tN (N threads), pN (N processes), bare (one worker,"
+            " detectors off)."
+        ),
     ] = None,
     preset: Annotated[str | None, typer.Option(help="Replay a scenario preset instead of the mix.")] = None,
     seed: Annotated[int, typer.Option(help="The preset's seed.")] = 11,

@@ -10,6 +10,10 @@ import pytest
 
 from tests.conftest import DEMO_DIR, RunResult, replay
 from trainguard.dataflows import metrics
+from trainguard.dataflows.config import Settings
+from trainguard.dataflows.flow import Outputs, build_flow
+from trainguard.dataflows.pipeline import run
+from trainguard.dataflows.replay import ReplaySource
 from trainguard.datasets.generator import write_scenario
 from trainguard.detectors.events import MAX_RECORD_BYTES
 
@@ -131,6 +135,18 @@ def test_garbage_is_dead_lettered_counted_and_the_flow_keeps_going(tmp_path: Pat
         assert part in text, part
     assert sum(len(d.payload) for d in result.dead) > 1024 * 1024  # originals kept whole
     assert sorted(a.anomaly_id for a in result.anomalies) == sorted(a.anomaly_id for a in demo_result.anomalies)
+
+
+def test_with_the_detectors_off_records_are_read_and_routed_but_nothing_is_judged(tmp_path: Path):
+    # (What `trainguard bench replay --run bare` measures: the flow around the detectors.)
+    write_scenario("demo", 0, tmp_path)
+    _inject(tmp_path / "logs.jsonl", 1200, [b"{this is not json"])
+    anomalies: list = []
+    dead: list = []
+    outputs = Outputs(on_anomalies=anomalies.extend, on_dead_letters=dead.extend)
+    run(build_flow(ReplaySource(tmp_path), Settings(), outputs, detect=False))
+    assert anomalies == []
+    assert [d.reason.split(":")[0] for d in dead] == ["JSON is malformed"]
 
 
 def test_a_bad_first_timestamp_does_not_reorder_its_whole_file(tmp_path: Path, demo_result: RunResult):

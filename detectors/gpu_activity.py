@@ -40,9 +40,11 @@ SPIN_UTIL = 85.0  # NCCL's busy-wait kernels keep utilisation pinned near 100 %
 IDLE_UTIL = 10.0
 SPIN_POWER = 0.55  # spinning draws at most this share of the GPU's training power
 TRAIN_EWM = 0.1  # weight of a new stepping sample in the training power level
-# Stepping frames kept before their power is learned: the levels are read only when a job goes quiet, and
-# folding a node's frames at once (as columns) costs less than folding each as it comes.
-LEARN_EVERY = 64
+# A node's stepping samples kept (their utilisation and power only, as rows of an array) before they are
+# folded into its levels: the levels are read only when a job goes quiet, and folding a node's samples at
+# once, as columns, costs less than folding each as it comes. Copying the two rows while the frame is fresh
+# costs less than reading old frames back (and keeps no frame alive for it).
+LEARN_EVERY = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +66,7 @@ class GpuActivity:
         # Each GPU's last ``keep`` samples as (ts, util, power); NaN (or, in older snapshots, None): not reported.
         self._recent: GpuWindows[Reading] = GpuWindows(keep, _reading)
         self._train_power: dict[str, dict[int, float]] = {}  # node -> GPU -> level
-        self._unlearned: list[GpuFrame] = []  # stepping frames not yet in the levels, in the order seen
+        self._unlearned: dict[str, _Stepping] = {}  # node -> its stepping samples not yet in the levels
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         if type(state["_recent"]) is dict:  # a snapshot written before node windows: each GPU's (lists, once)
@@ -77,8 +79,11 @@ class GpuActivity:
             for (node, gpu), level in levels.items():
                 by_node.setdefault(node, {})[gpu] = level
             state["_train_power"] = by_node
-        state.setdefault("_unlearned", [])
+        unlearned = state.get("_unlearned")
+        state["_unlearned"] = {}
         self.__dict__.update(state)
+        for frame in unlearned if type(unlearned) is list else ():  # (frames, once; none in a snapshot)
+            self._keep_stepping(frame)
 
     def __getstate__(self) -> dict[str, Any]:
         self._learn()  # (a snapshot holds the levels, not the frames they come from)
@@ -96,41 +101,54 @@ class GpuActivity:
         frame = as_frame(sample)
         self._recent.append(frame)
         if stepping:
-            self._unlearned.append(frame)
-            if len(self._unlearned) >= LEARN_EVERY:
-                self._learn()
+            self._keep_stepping(frame)
+
+    def _keep_stepping(self, frame: GpuFrame) -> None:
+        """Keep a stepping frame's utilisation and power rows until its node's are folded into the levels."""
+        node, gpus = frame.node, frame.gpus
+        pending = self._unlearned.get(node)
+        if pending is None or (pending.gpus is not gpus and pending.gpus != gpus):
+            if pending is not None:  # other GPUs than before: the node's samples so far first, in order
+                self._fold(node, pending)
+            if len(set(gpus)) < len(gpus):  # a GPU twice in a frame: its columns are not its GPUs' rows
+                self._unlearned.pop(node, None)
+                self._fold_frame(frame)
+                return
+            pending = self._unlearned[node] = _Stepping(gpus)
+        pending.rows[pending.count] = frame.values[_UTIL_POWER]
+        pending.count += 1
+        if pending.count == LEARN_EVERY:
+            self._fold(node, pending)
 
     def _learn(self) -> None:
-        """Fold the stepping frames kept so far into the levels: each node's in the order seen (the levels of
-        different nodes are independent), as columns where its frames hold the same GPUs, each once."""
-        if not self._unlearned:
+        """Fold every node's kept stepping samples into the levels."""
+        for node, pending in self._unlearned.items():
+            self._fold(node, pending)
+        self._unlearned = {}
+
+    def _fold(self, node: str, pending: _Stepping) -> None:
+        """A node's kept samples into its GPUs' levels (and out of ``pending``): which samples teach (busy,
+        power reported) found as columns; then per GPU, the powers that do as Python floats, folded one by
+        one — the arithmetic of frame by frame, bit for bit."""
+        if not pending.count:
             return
-        by_node: dict[str, list[GpuFrame]] = {}
-        for frame in self._unlearned:
-            by_node.setdefault(frame.node, []).append(frame)
-        self._unlearned = []
-        for node, frames in by_node.items():
-            levels = self._train_power.get(node)
-            if levels is None:
-                levels = self._train_power[node] = {}
-            gpus = frames[0].gpus
-            if len(set(gpus)) == len(gpus) and all(f.gpus == gpus for f in frames):
-                # Which samples teach (busy, power reported) found as columns; then per GPU, the powers that
-                # do as Python floats, folded one by one: the arithmetic of frame by frame, bit for bit.
-                util, power = np.array([f.values for f in frames])[:, _UTIL_POWER].transpose(1, 2, 0)
-                teaching = (power == power) & (util >= BUSY_UTIL)  # (NaN compares false)
-                if teaching.all():
-                    columns = power.tolist()
-                else:
-                    columns = [p[t].tolist() for p, t in zip(power, teaching, strict=True)]
-                for gpu, powers in zip(gpus, columns, strict=True):
-                    _fold(levels, gpu, powers)
-            else:
-                for frame in frames:  # a GPU twice in a frame, or GPUs changing: frame by frame
-                    utils, powers = frame.values[UTIL].tolist(), frame.values[POWER].tolist()
-                    for gpu, util, power in zip(frame.gpus, utils, powers, strict=True):
-                        if power == power and util >= BUSY_UTIL:
-                            _fold(levels, gpu, [power])
+        levels = self._train_power.get(node)
+        if levels is None:
+            levels = self._train_power[node] = {}
+        util, power = pending.rows[: pending.count].transpose(1, 2, 0)  # each (GPU, sample)
+        pending.count = 0
+        teaching = (power == power) & (util >= BUSY_UTIL)  # (NaN compares false)
+        columns = power.tolist() if teaching.all() else [p[t].tolist() for p, t in zip(power, teaching, strict=True)]
+        for gpu, powers in zip(pending.gpus, columns, strict=True):
+            _fold(levels, gpu, powers)
+
+    def _fold_frame(self, frame: GpuFrame) -> None:
+        """A frame holding a GPU twice, column by column."""
+        levels = self._train_power.setdefault(frame.node, {})
+        utils, powers = frame.values[UTIL].tolist(), frame.values[POWER].tolist()
+        for gpu, util, power in zip(frame.gpus, utils, powers, strict=True):
+            if power == power and util >= BUSY_UTIL:
+                _fold(levels, gpu, [power])
 
     def forget(self) -> None:
         """The job restarted: recent samples no longer describe it (the learned levels still do)."""
@@ -173,7 +191,19 @@ class GpuActivity:
 
 
 Reading = tuple[float, float | None, float | None]  # a GPU's (ts, util, power)
-_UTIL_POWER = [UTIL, POWER]
+_UTIL_POWER = slice(UTIL, UTIL + 2) if POWER == UTIL + 1 else [UTIL, POWER]  # (a view, where they are neighbours)
+
+
+class _Stepping:
+    """A node's stepping samples not yet folded: ``rows[i]`` holds sample ``i``'s utilisation and power
+    rows (GPU columns as in ``gpus``)."""
+
+    __slots__ = ("count", "gpus", "rows")
+
+    def __init__(self, gpus: tuple[int, ...]) -> None:
+        self.gpus = gpus
+        self.rows = np.empty((LEARN_EVERY, 2, len(gpus)))
+        self.count = 0
 
 
 def _fold(levels: dict[int, float], gpu: int, powers: list[float]) -> None:

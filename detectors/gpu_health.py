@@ -33,7 +33,6 @@ from trainguard.detectors.frames import (
     GpuFrame,
     as_frame,
     nulls,
-    throttle_mask,
 )
 from trainguard.detectors.ids import gpu_id
 from trainguard.detectors.xid import xid_info
@@ -70,6 +69,17 @@ _THROTTLES = (
 
 _QUIET, _DRIFT, _JUDGE = range(3)  # what a GPU's sample needs (see GpuHealth._need)
 _TEMP, _POWER = COLUMN["temp_c"], COLUMN["power_w"]
+_DBE, _PENDING, _FAILED, _XID, _THROTTLE, _UTIL_ROW = (
+    COLUMN[f]
+    for f in ("ecc_dbe_total", "remapped_rows_pending", "remapped_rows_failed", "xid", "throttle_reasons", "util_pct")
+)
+_BURST_ROWS = tuple(COLUMN[field] for field, *_ in _BURSTS)
+_JUDGED = max(_DBE, _PENDING, _FAILED, _XID, _THROTTLE, _UTIL_ROW, *_BURST_ROWS) + 1  # the rows judging reads
+
+
+def _int(value: float) -> int | None:
+    """A counter's value as its record has it: NaN is null."""
+    return int(value) if value == value else None
 
 
 def _moved(before: GpuFrame, frame: GpuFrame) -> list[bool]:
@@ -135,7 +145,7 @@ class GpuHealth:
             if need == _DRIFT:
                 found += self._drift_of_gpu(frame, i)
             elif need == _JUDGE:
-                found += self._judge(frame.sample(i), None if last is None else last[0].sample(last[1]))
+                found += self._judge(frame, i, None, -1) if last is None else self._judge(frame, i, *last)
         return found
 
     def _same_gpus(self, before: GpuFrame, frame: GpuFrame, rare: list[bool] | None) -> list[Finding]:
@@ -147,7 +157,7 @@ class GpuHealth:
         found: list[Finding] = []
         for i, key in enumerate(frame.keys):
             if moved[i] or (rare and rare[i]) or key in throttled:
-                found += self._judge(frame.sample(i), before.sample(i))
+                found += self._judge(frame, i, before, i)
             elif idle and idle[i]:
                 found += self._drift_of_gpu(frame, i)
         return found
@@ -171,39 +181,45 @@ class GpuHealth:
         util = frame.values[UTIL]
         return bool((util < self.settings.drift_idle_util_pct).any())
 
-    def _judge(self, sample: GpuSample, prev: GpuSample | None) -> list[Finding]:
-        """One GPU's sample against its previous one."""
+    def _judge(self, frame: GpuFrame, i: int, before: GpuFrame | None, j: int) -> list[Finding]:
+        """GPU ``i`` of a frame against its previous sample, column ``j`` of ``before``. Read from the columns as
+        its record would have them (NaN is null, counters are integers); the record is made for a finding."""
         s = self.settings
-        key = (sample.node, sample.gpu)
+        key = frame.keys[i]
+        now = frame.values[:_JUDGED, i].tolist()
         found: list[Finding] = []
-        if sample.xid is not None:
+        if now[_XID] == now[_XID]:  # (not NaN: an Xid was reported)
+            sample = frame.sample(i)
             found += [f for f in xid_findings(sample) if self._xid_counts(sample, f) and self._cool(sample, f.category)]
+        prev = None if before is None else before.values[:_JUDGED, j].tolist()
         if prev is not None:
-            dbe = _increase(prev.ecc_dbe_total, sample.ecc_dbe_total)
+            dbe = _increase(_int(prev[_DBE]), _int(now[_DBE]))
             if dbe:
-                found += self._fire(sample, "ecc_dbe", False, f"ECC double-bit errors +{dbe}")
-        if sample.remapped_rows_failed:
-            found += self._fire(sample, "row_remap_failure", False, "row remapping failed: the GPU needs replacing")
-        if sample.remapped_rows_pending:
+                found += self._fire(frame.sample(i), "ecc_dbe", False, f"ECC double-bit errors +{dbe}")
+        if _int(now[_FAILED]):
             found += self._fire(
-                sample, "row_remap_pending", False, f"{sample.remapped_rows_pending} row remap(s) pending"
+                frame.sample(i), "row_remap_failure", False, "row remapping failed: the GPU needs replacing"
             )
-        counters_moved = prev is None or (prev.ecc_sbe_total, prev.pcie_replay_total, prev.nvlink_crc_total) != (
-            sample.ecc_sbe_total,
-            sample.pcie_replay_total,
-            sample.nvlink_crc_total,
-        )
-        for field, category, limit_name, what in _BURSTS if counters_moved else ():
-            rise, since = self._window_rise(sample, field)
+        pending = _int(now[_PENDING])
+        if pending:
+            found += self._fire(frame.sample(i), "row_remap_pending", False, f"{pending} row remap(s) pending")
+        counters_moved = prev is None or any(_int(prev[row]) != _int(now[row]) for row in _BURST_ROWS)
+        for row, (field, category, limit_name, what) in (
+            zip(_BURST_ROWS, _BURSTS, strict=True) if counters_moved else ()
+        ):
+            rise, since = self._window_rise(key, frame.ts, field, _int(now[row]))
             limit: int = getattr(s, limit_name)
             if rise >= limit:
-                burst = self._fire(sample, category, None, f"{what} +{rise} in {s.burst_window_s:g}s (limit {limit})")
+                why = f"{what} +{rise} in {s.burst_window_s:g}s (limit {limit})"
+                burst = self._fire(frame.sample(i), category, None, why)
                 for f in burst:
                     f.onset_ts = since
                 found += burst
-        if self.idle_drift and sample.util_pct is not None and sample.util_pct < s.drift_idle_util_pct:
-            found += self._drift_of_idle(key, sample.temp_c, sample.power_w, lambda: sample)
-        mask = throttle_mask(sample.throttle_reasons)
+        util = now[_UTIL_ROW]
+        if self.idle_drift and util == util and util < s.drift_idle_util_pct:  # (NaN: not reported)
+            found += self._drift_of_gpu(frame, i)
+        reasons = now[_THROTTLE]
+        mask = int(reasons) if reasons == reasons else 0
         if mask & SLOWDOWN_REASONS:
             slowed = self._throttled[key] = self._throttled.get(key, 0) + 1
         else:
@@ -212,8 +228,9 @@ class GpuHealth:
         if slowed >= s.throttle_samples:
             for bits, category, what in _THROTTLES:
                 if mask & bits:
-                    idle = (sample.util_pct or 0) < 5
-                    for f in self._fire(sample, category, None, f"{what} for {slowed} samples{' while idle' * idle}"):
+                    idle = (util if util == util else 0) < 5
+                    why = f"{what} for {slowed} samples{' while idle' * idle}"
+                    for f in self._fire(frame.sample(i), category, None, why):
                         # Under load it slows the job: a straggler's cause, notified like one. Idle, a GPU
                         # has no reason to be hot: its cooling is failing — drain before a job lands there.
                         f.severity = "critical" if idle else "warning"
@@ -295,16 +312,15 @@ class GpuHealth:
             found.append(f)
         return found
 
-    def _window_rise(self, sample: GpuSample, field: str) -> tuple[int, float]:
-        """Rise of a cumulative counter within the burst window, and when the climb began.
+    def _window_rise(self, gpu: tuple[str, int], ts: float, field: str, value: int | None) -> tuple[int, float]:
+        """Rise of a GPU's cumulative counter within the burst window, and when the climb began.
 
         Only changes are stored (most samples repeat the last value), with one anchor
         at or before the window's start holding the value the window began with.
         """
-        value = getattr(sample, field)
         if value is None:
             return 0, 0.0
-        key = (sample.node, sample.gpu, field)
+        key = (*gpu, field)
         history = self._counters.get(key)
         if history is None:
             history = self._counters[key] = []  # a list: most hold one anchor, and a deque weighs 600 bytes
@@ -312,7 +328,7 @@ class GpuHealth:
             return 0, 0.0  # unchanged: no new rise to report
         elif value < history[-1][1]:
             history.clear()  # counter reset (driver reload): start over
-        ts = float(sample.ts)
+        ts = float(ts)
         history.append((ts, value))
         start = ts - self.settings.burst_window_s
         while len(history) > 1 and history[1][0] <= start:

@@ -159,3 +159,20 @@ def test_a_sweep_record_is_its_gpus_records_read_together():
     assert type(short) is DeadLetter and "`temp_c` must be a list with one value per GPU (2)" in short.reason
     nameless = decode("gpu", b'{"ts": 1796119200, "gpus": [0]}')
     assert type(nameless) is DeadLetter and nameless.reason.startswith("GPU sweep: ") and "node" in nameless.reason
+
+
+@pytest.mark.parametrize(
+    ("util", "severity"),
+    [(None, "critical"), (0.0, "critical"), (4.9, "critical"), (5.0, "warning"), (60.0, "warning")],
+)
+def test_a_gpu_slowed_by_heat_is_critical_only_while_idle(util: float | None, severity: str):
+    # Idle, a hot GPU's cooling is failing (drain it); under load it slows the job (a warning).
+    health = GpuHealth(idle_drift=False)
+    found = []
+    for t in range(3):  # throttle_samples in a row
+        sweep = [
+            GpuSample(ts=10.0 * t, node="n1", gpu=g, util_pct=util, throttle_reasons=0x40 if g else 0) for g in range(2)
+        ]
+        found += health.observe(GpuFrame.from_samples(sweep))
+    assert [(f.category, f.gpus, f.severity) for f in found] == [("thermal_throttle", ["n1/1"], severity)]
+    assert found[0].evidence == [f"n1/gpu1: thermal slowdown for 3 samples{' while idle' * (severity == 'critical')}"]

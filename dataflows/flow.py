@@ -39,7 +39,7 @@ from trainguard.dataflows.action_step import ActionLogic, PolicyLogic, make_exec
 from trainguard.dataflows.archive import ParquetArchiveSink
 from trainguard.dataflows.config import Settings, load_settings
 from trainguard.dataflows.placement import key_on_worker
-from trainguard.dataflows.records import RawRecord, Routed
+from trainguard.dataflows.records import REPLAY_CLOCK, RawRecord, ReplayWindow, Routed
 from trainguard.dataflows.replay_shards import ShardedReplaySource
 from trainguard.dataflows.snapshots import restore
 from trainguard.detectors.describe import described
@@ -75,12 +75,17 @@ class RouterLogic(StatefulBatchLogic[Routed | DeadLetter | list[Routed | DeadLet
     def on_batch(self, values: list[Routed | DeadLetter | list[Routed | DeadLetter]]) -> tuple[list[Any], bool]:
         started = time.perf_counter()
         wall = time.time() if self.live else None
-        if list in {type(v) for v in values}:  # a replay's batches travel as one item each
-            values = _flat(values)
-        dead = [(DEAD, v) for v in values if type(v) is DeadLetter]  # refused by the decoder: pass them on
-        out = self.router.route_batch([v for v in values if type(v) is not DeadLetter] if dead else values, wall)  # type: ignore[arg-type]
-        if dead:
-            out = dead + out
+        kinds = {type(v) for v in values}
+        if kinds == {ReplayWindow}:  # a one-worker replay's merged records, as they are
+            records = values[0].records if len(values) == 1 else [r for w in values for r in w.records]  # type: ignore[union-attr]
+            out = self.router.route_window(records, REPLAY_CLOCK, wall)
+        else:
+            if list in kinds or ReplayWindow in kinds:  # a replay's batches travel as one item each
+                values = _flat(values)
+            dead = [(DEAD, v) for v in values if type(v) is DeadLetter]  # refused by the decoder: pass them on
+            out = self.router.route_batch([v for v in values if type(v) is not DeadLetter] if dead else values, wall)  # type: ignore[arg-type]
+            if dead:
+                out = dead + out
         self._observe(started, wall)
         return self._placed(out), StatefulBatchLogic.RETAIN
 
@@ -249,6 +254,12 @@ def _decode_batch(
     out: list[tuple[str, Routed | DeadLetter | list[Routed | DeadLetter]]] = []
     counts = [0] * _TOPIC_COUNT  # events per topic, for the metrics
     for rec in batch:
+        if type(rec) is ReplayWindow:  # a one-worker replay's merged records, decoded by the source
+            for _, topic, _, event, _ in rec.records:
+                if type(event) is not DeadLetter and topic < _TOPIC_COUNT:
+                    counts[topic] += len(event) if type(event) is GpuFrame else 1  # a frame: its records
+            out.append(("router", rec))
+            continue
         if type(rec) is list or type(rec) is Routed:  # decoded by the source (replay), or a drain report
             for item in rec if type(rec) is list else (rec,):
                 if type(item) is Routed and (topic := item[1][0]) < _TOPIC_COUNT:
@@ -278,6 +289,8 @@ def _flat(values: list[Routed | DeadLetter | list[Routed | DeadLetter]]) -> list
     for value in values:
         if type(value) is list:
             out += value
+        elif type(value) is ReplayWindow:
+            out += value.routed()
         else:
             out.append(value)  # type: ignore[arg-type]
     return out

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from trainguard.detectors.events import Event
+from trainguard.detectors.events import DeadLetter, Event
+
+REPLAY_CLOCK = "replay/0"  # a replay is one time-merged stream, one partition for the watermark
 
 
 class RawRecord(NamedTuple):
@@ -33,3 +35,31 @@ class Routed(NamedTuple):
 # A Routed from its fields as one tuple, built in C without the named tuple's Python ``__new__`` (the
 # replay reader makes one per record).
 routed: Callable[[tuple[str, tuple[int, int, int], Event, bytes | None]], Routed] = partial(tuple.__new__, Routed)
+
+
+# A replay record as the merge orders it: (sort key, topic index, offset, event or the decoder's dead letter, bytes).
+ReplayRecord = tuple[float, int, int, Any, bytes | None]
+
+
+class ReplayWindow:
+    """A run of a one-worker replay's merged records handed to the router as they are — no :class:`Routed`
+    made for each (``Router.route_window``); :meth:`routed` makes them for whoever wants records."""
+
+    __slots__ = ("records",)
+
+    def __init__(self, records: list[ReplayRecord]) -> None:
+        self.records = records
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def routed(self) -> list[Routed | DeadLetter]:
+        return replay_routed(self.records)
+
+
+def replay_routed(records: list[ReplayRecord]) -> list[Routed | DeadLetter]:
+    """Merged replay records as :class:`Routed` (dead letters as they are)."""
+    return [
+        item if type(item) is DeadLetter else routed((REPLAY_CLOCK, (order, 0, offset), item, payload))
+        for _, order, offset, item, payload in records
+    ]

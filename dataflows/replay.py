@@ -27,12 +27,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 
-from trainguard.dataflows.records import RawRecord, Routed, routed
+from trainguard.dataflows.records import REPLAY_CLOCK, RawRecord, ReplayRecord, ReplayWindow, Routed, replay_routed
 from trainguard.dataflows.replay_columns import GpuBlock, jsonl_blocks, line_blocks, parquet_blocks
 from trainguard.detectors.events import TOPICS, DeadLetter, GpuSample, decode, decode_block, parse_ts
 from trainguard.detectors.frames import GpuFrame, same_sweep
 
-REPLAY_CLOCK = "replay/0"
 # A timestamp this far from the previous one in the same file is treated as an
 # outlier for ordering purposes.
 _MAX_JUMP_S = 3600.0
@@ -403,24 +402,17 @@ def merged_events(directory: Path) -> Iterator[tuple[float, Routed | DeadLetter]
     """Every record decoded, in event-time order, with its sort key: ``(clock, order, event, payload)`` or a
     dead letter."""
     for window in _decoded_windows(directory):
-        yield from zip([record[0] for record in window], _records(window), strict=True)
+        yield from zip([record[0] for record in window], replay_routed(window), strict=True)
 
 
-def merged_event_windows(directory: Path) -> Iterator[list[Routed | DeadLetter]]:
-    """The records of :func:`merged_events`, a list at a time (no Python step per record to hand them on)."""
-    for window in _decoded_windows(directory):
-        yield _records(window)
+def merged_event_windows(directory: Path) -> Iterator[list[ReplayRecord]]:
+    """The records of :func:`merged_events` as the merge orders them, a list at a time (no Python step per
+    record to hand them on; :func:`~trainguard.dataflows.records.replay_routed` makes them :class:`Routed`)."""
+    yield from _decoded_windows(directory)
 
 
 def _decoded_windows(directory: Path) -> Iterator[list[tuple[float, int, int, Any, bytes | None]]]:
     return _merge([_topic_chunks(t, fs, decoded=True) for t, fs in topic_files(directory).items()])  # type: ignore[arg-type]
-
-
-def _records(window: list[tuple[float, int, int, Any, bytes | None]]) -> list[Routed | DeadLetter]:
-    return [
-        item if type(item) is DeadLetter else routed((REPLAY_CLOCK, (order, 0, offset), item, payload))
-        for _, order, offset, item, payload in window
-    ]
 
 
 class _Windows:
@@ -428,12 +420,12 @@ class _Windows:
     a Python step per record)."""
 
     def __init__(
-        self, windows: Iterator[list[Routed | DeadLetter]], batch_size: int, on_progress: Callable[[int], None] | None
+        self, windows: Iterator[list[ReplayRecord]], batch_size: int, on_progress: Callable[[int], None] | None
     ) -> None:
         self._windows = windows
         self._batch_size = batch_size
         self._on_progress = on_progress
-        self._window: list[Routed | DeadLetter] = []
+        self._window: list[ReplayRecord] = []
         self._at = 0
         self.awake: datetime | None = None
 
@@ -446,7 +438,7 @@ class _Windows:
             skipped += step
         return skipped
 
-    def next_batch(self) -> list[Routed | DeadLetter]:
+    def next_batch(self) -> list[ReplayRecord]:
         """The next batch; raises ``StopIteration`` once the records are exhausted."""
         batch = self._take(self._batch_size)
         if not batch:
@@ -455,8 +447,8 @@ class _Windows:
             self._on_progress(len(batch))
         return batch
 
-    def _take(self, n: int) -> list[Routed | DeadLetter]:
-        out: list[Routed | DeadLetter] = []
+    def _take(self, n: int) -> list[ReplayRecord]:
+        out: list[ReplayRecord] = []
         while len(out) < n and self._more():
             end = self._at + n - len(out)
             out += self._window[self._at : end]
@@ -538,16 +530,19 @@ class _Paced:
         return wall_start + (key - first_ts) / self._speed
 
 
-class _ReplayPartition(StatefulSourcePartition[list[Routed | DeadLetter], int]):
+class _ReplayPartition(StatefulSourcePartition[list[Routed | DeadLetter] | ReplayWindow, int]):
     def __init__(self, paced: _Paced | _Windows, resume: int | None) -> None:
         self._paced = paced
         self._emitted = paced.skip(resume or 0)  # recovery: skip what was already emitted
 
-    def next_batch(self) -> list[list[Routed | DeadLetter]]:
+    def next_batch(self) -> list[list[Routed | DeadLetter] | ReplayWindow]:
         batch = self._paced.next_batch()
         self._emitted += len(batch)
-        # The batch as one item: Bytewax moves one object to the router, not a few thousand.
-        return [batch] if batch else []
+        # The batch as one item: Bytewax moves one object to the router, not a few thousand (at full speed,
+        # the merged records as they are).
+        if not batch:
+            return []
+        return [ReplayWindow(batch)] if type(self._paced) is _Windows else [batch]  # type: ignore[list-item]
 
     def next_awake(self) -> datetime | None:
         return self._paced.awake
@@ -556,7 +551,7 @@ class _ReplayPartition(StatefulSourcePartition[list[Routed | DeadLetter], int]):
         return self._emitted
 
 
-class ReplaySource(FixedPartitionedSource[list[Routed | DeadLetter], int]):
+class ReplaySource(FixedPartitionedSource[list[Routed | DeadLetter] | ReplayWindow, int]):
     """All topics of a replay directory as one time-ordered partition.
 
     ``speed=None`` replays as fast as possible; ``speed=60`` plays one hour of

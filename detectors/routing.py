@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Callable
 from operator import itemgetter
 from typing import Any
 
@@ -188,31 +189,77 @@ class Router:
                 self._seq += 1
                 push((ts, order, self._seq, event))
                 continue
-            reason = self._refuse(ts, wall)
-            if reason is not None and self.shard and self._sent_to_all(event):
-                continue  # every shard refuses it: shard 0 reports it
-            if reason is not None:
-                topic = TOPICS[order[0]] if order[0] < len(TOPICS) else partition.split("/", 1)[0]
-                # The bytes as they came (a sweep record too); a frame the replay reader cut from its rows
-                # has none: each of its GPUs' records is refused, at its own offset, as it would be alone.
-                if payload is not None:
-                    records: list[tuple[int, bytes]] = [(order[2], payload)]
-                elif type(event) is GpuFrame:
-                    records = [(order[2] + i, msgspec.json.encode(s)) for i, s in enumerate(event.samples())]
-                else:
-                    records = [(order[2], msgspec.json.encode(event))]
-                for offset, raw in records:
-                    dead = DeadLetter(topic=topic, partition=order[1], offset=offset, reason=reason, payload=raw, ts=ts)
-                    out.append((DEAD, dead))
-                continue
-            observe(partition, ts, wall)
-            self._seq += 1
-            push((ts, order, self._seq, event))
+            self._arrive_out_of_bounds(partition, order, event, payload, ts, wall, out, push)
         if arrived:
             self._wait(arrived)
         if self._named:
             out.extend(self._release(clock.watermark(wall)))
         return out
+
+    def route_window(
+        self, records: list[tuple[float, int, int, Any, bytes | None]], partition: str, wall: float | None = None
+    ) -> list[tuple[str, Any]]:
+        """:meth:`route_batch` for a replay's records as its merge ordered them — ``(sort key, topic index,
+        offset, event or the decoder's dead letter, original bytes)``, all of the one ordered stream
+        ``partition`` — without a tuple per record to say so. The decoder's dead letters come first in what it
+        returns, as the flow would pass them on before routing the rest."""
+        dead: list[tuple[str, Any]] = []
+        out: list[tuple[str, Any]] = []
+        clock = self.clock
+        observe = clock.observe
+        arrived: list[tuple[float, tuple[int, int, int], int, Event]] = []
+        push = arrived.append
+        max_future, max_late = self.settings.max_future_s, self.settings.max_late_s
+        wall_limit = math.inf if wall is None else wall + max_future
+        for _key, topic, offset, event, payload in records:
+            if type(event) is DeadLetter:
+                dead.append((DEAD, event))
+                continue
+            ts: float = event.ts  # type: ignore[assignment]
+            if ts <= clock.max_ts + max_future and ts <= wall_limit and ts >= clock.current - max_late:
+                observe(partition, ts, wall)
+                self._seq += 1
+                push((ts, (topic, 0, offset), self._seq, event))
+                continue
+            self._arrive_out_of_bounds(partition, (topic, 0, offset), event, payload, ts, wall, out, push)
+        if arrived:
+            self._wait(arrived)
+        if self._named:
+            out.extend(self._release(clock.watermark(wall)))
+        return dead + out if dead else out
+
+    def _arrive_out_of_bounds(
+        self,
+        partition: str,
+        order: tuple[int, int, int],
+        event: Event,
+        payload: bytes | None,
+        ts: float,
+        wall: float | None,
+        out: list[tuple[str, Any]],
+        push: Callable[[tuple[float, tuple[int, int, int], int, Event]], None],
+    ) -> None:
+        """An event outside the fast path's bounds: refused (a dead letter per record in ``out``), or let in."""
+        reason = self._refuse(ts, wall)
+        if reason is not None and self.shard and self._sent_to_all(event):
+            return  # every shard refuses it: shard 0 reports it
+        if reason is not None:
+            topic = TOPICS[order[0]] if order[0] < len(TOPICS) else partition.split("/", 1)[0]
+            # The bytes as they came (a sweep record too); a frame the replay reader cut from its rows
+            # has none: each of its GPUs' records is refused, at its own offset, as it would be alone.
+            if payload is not None:
+                records: list[tuple[int, bytes]] = [(order[2], payload)]
+            elif type(event) is GpuFrame:
+                records = [(order[2] + i, msgspec.json.encode(s)) for i, s in enumerate(event.samples())]
+            else:
+                records = [(order[2], msgspec.json.encode(event))]
+            for offset, raw in records:
+                dead = DeadLetter(topic=topic, partition=order[1], offset=offset, reason=reason, payload=raw, ts=ts)
+                out.append((DEAD, dead))
+            return
+        self.clock.observe(partition, ts, wall)
+        self._seq += 1
+        push((ts, order, self._seq, event))
 
     def _wait(self, arrived: list[tuple[float, tuple[int, int, int], int, Event]]) -> None:
         """Put events in the reorder buffer, in order (``seq`` is unique: events themselves are never compared)."""

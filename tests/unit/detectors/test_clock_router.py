@@ -236,3 +236,40 @@ def test_a_job_gets_the_same_ticks_however_late_the_watermark_is_first_known():
     scheduler_last = job_ticks([steps, sched])  # the sparse partition delivers only after the dense one is read
     assert scheduler_last == in_step
     assert scheduler_last[:3] == [95.0, 100.0, 105.0]
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["ok", "late", "ahead", "dead"]), st.integers(0, 3), st.floats(0, 30)),
+        min_size=1,
+        max_size=80,
+    ),
+    st.integers(1, 30),
+)
+def test_a_replay_window_is_routed_as_its_records_would_be(rows, size):
+    # route_window takes the merge's (sort key, topic, offset, event or dead letter, bytes) as they are:
+    # what leaves must be what route_batch gives for the same records made Routed, dead letters first.
+    records = []
+    for offset, (kind, topic, dt) in enumerate(rows):
+        ts = {"ok": 100_000.0 + dt, "late": 90_000.0, "ahead": 200_000.0, "dead": 100_000.0}[kind]
+        event = (
+            DeadLetter(topic="logs", partition=0, offset=offset, reason="bad", payload=b"x")
+            if kind == "dead"
+            else LogRecord(ts=ts, job_id=str(topic), node="n", line=f"line {offset}")
+        )
+        records.append((ts, topic, offset, event, f"{offset}".encode()))
+
+    def run(route) -> list:
+        router = Router(RouterSettings(lateness_s=5, tick_s=5, max_future_s=3600, max_late_s=3600))
+        out = []
+        for i in range(0, len(records), size):
+            out += route(router, records[i : i + size])
+        return out + router.finish()
+
+    def as_batch(router: Router, chunk: list) -> list:
+        dead = [(DEAD, event) for _, _, _, event, _ in chunk if type(event) is DeadLetter]
+        routed = [("replay/0", (t, 0, o), e, p) for _, t, o, e, p in chunk if type(e) is not DeadLetter]
+        return dead + router.route_batch(routed)
+
+    assert run(lambda router, chunk: router.route_window(chunk, "replay/0")) == run(as_batch)

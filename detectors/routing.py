@@ -73,6 +73,10 @@ __all__ = ["DEAD", "Heartbeat", "JobPlacement", "Router", "RouterSettings", "is_
 DEAD = "!dead"  # key of dead-letter items in the router's output
 
 
+# An event in the reorder buffer: (ts, (topic index, partition, offset), arrival number, event).
+_Waiting = tuple[float, tuple[int, int, int], int, Event]
+
+
 class RouterSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     lateness_s: Seconds = 2.0
     tick_s: Positive = 5.0
@@ -114,7 +118,7 @@ class Router:
         # Reorder buffer: events wait here until the watermark passes them, so every run processes them
         # in the same (timestamp, topic, offset) order. Kept sorted: a batch joins it in one sort (of two
         # runs, nearly: linear), and what the watermark passed leaves as one slice.
-        self._buffer: list[tuple[float, tuple[int, int, int], int, Event]] = []
+        self._buffer: list[_Waiting] = []
         self._seq = 0
         self.shard, self.shards = 0, 1  # set by the first Heartbeat when the flow is sharded
         self.nodes_broadcast = True
@@ -160,10 +164,9 @@ class Router:
         out: list[tuple[str, Any]] = []
         clock = self.clock
         observe = clock.observe
-        arrived: list[tuple[float, tuple[int, int, int], int, Event]] = []
+        arrived: list[_Waiting] = []
         push = arrived.append
-        max_future, max_late = self.settings.max_future_s, self.settings.max_late_s
-        wall_limit = math.inf if wall is None else wall + max_future
+        max_future, max_late, wall_limit = self._bounds(wall)
         for partition, order, event, payload in batch:
             if type(event) is Drained:
                 if wall is not None:
@@ -190,11 +193,7 @@ class Router:
                 push((ts, order, self._seq, event))
                 continue
             self._arrive_out_of_bounds(partition, order, event, payload, ts, wall, out, push)
-        if arrived:
-            self._wait(arrived)
-        if self._named:
-            out.extend(self._release(clock.watermark(wall)))
-        return out
+        return self._settle(arrived, wall, out)
 
     def route_window(
         self, records: list[tuple[float, int, int, Any, bytes | None]], partition: str, wall: float | None = None
@@ -207,10 +206,9 @@ class Router:
         out: list[tuple[str, Any]] = []
         clock = self.clock
         observe = clock.observe
-        arrived: list[tuple[float, tuple[int, int, int], int, Event]] = []
+        arrived: list[_Waiting] = []
         push = arrived.append
-        max_future, max_late = self.settings.max_future_s, self.settings.max_late_s
-        wall_limit = math.inf if wall is None else wall + max_future
+        max_future, max_late, wall_limit = self._bounds(wall)
         for _key, topic, offset, event, payload in records:
             if type(event) is DeadLetter:
                 dead.append((DEAD, event))
@@ -222,11 +220,21 @@ class Router:
                 push((ts, (topic, 0, offset), self._seq, event))
                 continue
             self._arrive_out_of_bounds(partition, (topic, 0, offset), event, payload, ts, wall, out, push)
+        out = self._settle(arrived, wall, out)
+        return dead + out if dead else out
+
+    def _bounds(self, wall: float | None) -> tuple[float, float, float]:
+        """``(max_future_s, max_late_s, the latest timestamp the wall clock allows)``, for the routing loops."""
+        max_future = self.settings.max_future_s
+        return max_future, self.settings.max_late_s, math.inf if wall is None else wall + max_future
+
+    def _settle(self, arrived: list[_Waiting], wall: float | None, out: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+        """The events that arrived join the reorder buffer; ``out`` gets what the watermark now releases."""
         if arrived:
             self._wait(arrived)
         if self._named:
-            out.extend(self._release(clock.watermark(wall)))
-        return dead + out if dead else out
+            out.extend(self._release(self.clock.watermark(wall)))
+        return out
 
     def _arrive_out_of_bounds(
         self,
@@ -237,7 +245,7 @@ class Router:
         ts: float,
         wall: float | None,
         out: list[tuple[str, Any]],
-        push: Callable[[tuple[float, tuple[int, int, int], int, Event]], None],
+        push: Callable[[_Waiting], None],
     ) -> None:
         """An event outside the fast path's bounds: refused (a dead letter per record in ``out``), or let in."""
         reason = self._refuse(ts, wall)
@@ -261,7 +269,7 @@ class Router:
         self._seq += 1
         push((ts, order, self._seq, event))
 
-    def _wait(self, arrived: list[tuple[float, tuple[int, int, int], int, Event]]) -> None:
+    def _wait(self, arrived: list[_Waiting]) -> None:
         """Put events in the reorder buffer, in order (``seq`` is unique: events themselves are never compared)."""
         buffer = self._buffer
         if len(arrived) * 8 >= len(buffer):

@@ -65,19 +65,24 @@ from trainguard.detectors.signatures import use_site_signatures
 # ---------------------------------------------------------------- stateful steps
 
 
-class RouterLogic(StatefulBatchLogic[Routed | DeadLetter | list[Routed | DeadLetter], tuple[str, Any], bytes]):
+# What reaches the router: a decoded record or dead letter, or a replay's batch of them as one item.
+_Arriving = Routed | DeadLetter | list[Routed | DeadLetter] | ReplayWindow
+
+
+class RouterLogic(StatefulBatchLogic[_Arriving, tuple[str, Any], bytes]):
     """Bytewax shell around :class:`Router`; live mode also ticks on wall-clock idle."""
 
     def __init__(self, router: Router, live: bool) -> None:
         self.router = router
         self.live = live
 
-    def on_batch(self, values: list[Routed | DeadLetter | list[Routed | DeadLetter]]) -> tuple[list[Any], bool]:
+    def on_batch(self, values: list[_Arriving]) -> tuple[list[Any], bool]:
         started = time.perf_counter()
         wall = time.time() if self.live else None
         kinds = {type(v) for v in values}
-        if kinds == {ReplayWindow}:  # a one-worker replay's merged records, as they are
-            records = values[0].records if len(values) == 1 else [r for w in values for r in w.records]  # type: ignore[union-attr]
+        if kinds == {ReplayWindow}:  # a full-speed replay's merged records, as they are
+            windows: list[ReplayWindow] = values  # type: ignore[assignment]
+            records = windows[0].records if len(windows) == 1 else [r for w in windows for r in w.records]
             out = self.router.route_window(records, REPLAY_CLOCK, wall)
         else:
             if list in kinds or ReplayWindow in kinds:  # a replay's batches travel as one item each
@@ -246,15 +251,13 @@ _TOPIC_ORDER = {t: i for i, t in enumerate(TOPICS)}
 _TOPIC_COUNT = len(TOPICS)
 
 
-def _decode_batch(
-    batch: list[RawRecord | Routed | DeadLetter | list[Routed | DeadLetter]],
-) -> list[tuple[str, Routed | DeadLetter | list[Routed | DeadLetter]]]:
+def _decode_batch(batch: list[RawRecord | _Arriving]) -> list[tuple[str, _Arriving]]:
     """Decode a batch for the router; replay sources hand over records they already decoded (a whole batch of
     them as one item, which goes on as one)."""
-    out: list[tuple[str, Routed | DeadLetter | list[Routed | DeadLetter]]] = []
+    out: list[tuple[str, _Arriving]] = []
     counts = [0] * _TOPIC_COUNT  # events per topic, for the metrics
     for rec in batch:
-        if type(rec) is ReplayWindow:  # a one-worker replay's merged records, decoded by the source
+        if type(rec) is ReplayWindow:  # a full-speed replay's merged records, decoded by the source
             for _, topic, _, event, _ in rec.records:
                 if type(event) is not DeadLetter and topic < _TOPIC_COUNT:
                     counts[topic] += len(event) if type(event) is GpuFrame else 1  # a frame: its records
@@ -283,7 +286,7 @@ def _decode_batch(
     return out
 
 
-def _flat(values: list[Routed | DeadLetter | list[Routed | DeadLetter]]) -> list[Routed | DeadLetter]:
+def _flat(values: list[_Arriving]) -> list[Routed | DeadLetter]:
     """Records and batches of records as records, in order."""
     out: list[Routed | DeadLetter] = []
     for value in values:
@@ -298,12 +301,12 @@ def _flat(values: list[Routed | DeadLetter | list[Routed | DeadLetter]]) -> list
 
 def _sharder(
     shards: int,
-) -> Callable[[list[tuple[str, Routed | DeadLetter | list[Routed | DeadLetter]]]], list[tuple[str, Any]]]:
+) -> Callable[[list[tuple[str, _Arriving]]], list[tuple[str, Any]]]:
     """Send each decoded record to the router shard that owns its job, or to every shard (see ``routing``)."""
     # Shard i's key lives on worker i when there are as many workers as shards.
     keys = [key_on_worker("router", i, shards) for i in range(shards)]
 
-    def shard(batch: list[tuple[str, Routed | DeadLetter | list[Routed | DeadLetter]]]) -> list[tuple[str, Any]]:
+    def shard(batch: list[tuple[str, _Arriving]]) -> list[tuple[str, Any]]:
         out: list[tuple[str, Any]] = []
         progress: dict[str, float] = {}
         for rec in _flat([rec for _, rec in batch]):

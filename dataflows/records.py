@@ -42,8 +42,9 @@ ReplayRecord = tuple[float, int, int, Any, bytes | None]
 
 
 class ReplayWindow:
-    """A run of a one-worker replay's merged records handed to the router as they are — no :class:`Routed`
-    made for each (``Router.route_window``); :meth:`routed` makes them for whoever wants records."""
+    """A batch of a full-speed replay's merged records handed to the router as they are — no :class:`Routed`
+    made for each (``Router.route_window``); :meth:`routed` makes them for whoever wants records (the
+    sharder of a flow with several router shards)."""
 
     __slots__ = ("records",)
 

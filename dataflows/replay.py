@@ -411,7 +411,7 @@ def merged_event_windows(directory: Path) -> Iterator[list[ReplayRecord]]:
     yield from _decoded_windows(directory)
 
 
-def _decoded_windows(directory: Path) -> Iterator[list[tuple[float, int, int, Any, bytes | None]]]:
+def _decoded_windows(directory: Path) -> Iterator[list[ReplayRecord]]:
     return _merge([_topic_chunks(t, fs, decoded=True) for t, fs in topic_files(directory).items()])  # type: ignore[arg-type]
 
 

@@ -86,8 +86,8 @@ class GpuActivity:
             self._keep_stepping(frame)
 
     def __getstate__(self) -> dict[str, Any]:
-        self._learn()  # (a snapshot holds the levels, not the frames they come from)
-        return self.__dict__
+        self._learn()  # (a snapshot holds the levels, not the samples they come from)
+        return {**self.__dict__, "_unlearned": []}  # (a list, as versions that kept frames wrote and read it)
 
     @property
     def train_power(self) -> dict[str, dict[int, float]]:

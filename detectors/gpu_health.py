@@ -145,7 +145,7 @@ class GpuHealth:
             if need == _DRIFT:
                 found += self._drift_of_gpu(frame, i)
             elif need == _JUDGE:
-                found += self._judge(frame, i, None, -1) if last is None else self._judge(frame, i, *last)
+                found += self._judge(frame, i, last)
         return found
 
     def _same_gpus(self, before: GpuFrame, frame: GpuFrame, rare: list[bool] | None) -> list[Finding]:
@@ -157,7 +157,7 @@ class GpuHealth:
         found: list[Finding] = []
         for i, key in enumerate(frame.keys):
             if moved[i] or (rare and rare[i]) or key in throttled:
-                found += self._judge(frame, i, before, i)
+                found += self._judge(frame, i, (before, i))
             elif idle and idle[i]:
                 found += self._drift_of_gpu(frame, i)
         return found
@@ -181,9 +181,10 @@ class GpuHealth:
         util = frame.values[UTIL]
         return bool((util < self.settings.drift_idle_util_pct).any())
 
-    def _judge(self, frame: GpuFrame, i: int, before: GpuFrame | None, j: int) -> list[Finding]:
-        """GPU ``i`` of a frame against its previous sample, column ``j`` of ``before``. Read from the columns as
-        its record would have them (NaN is null, counters are integers); the record is made for a finding."""
+    def _judge(self, frame: GpuFrame, i: int, last: tuple[GpuFrame, int] | None) -> list[Finding]:
+        """GPU ``i`` of a frame against its previous sample (``last``: a frame and the GPU's column there). Read
+        from the columns as its record would have them (NaN is null, counters are integers); the record is
+        made for a finding."""
         s = self.settings
         key = frame.keys[i]
         now = frame.values[:_JUDGED, i].tolist()
@@ -191,7 +192,7 @@ class GpuHealth:
         if now[_XID] == now[_XID]:  # (not NaN: an Xid was reported)
             sample = frame.sample(i)
             found += [f for f in xid_findings(sample) if self._xid_counts(sample, f) and self._cool(sample, f.category)]
-        prev = None if before is None else before.values[:_JUDGED, j].tolist()
+        prev = None if last is None else last[0].values[:_JUDGED, last[1]].tolist()
         if prev is not None:
             dbe = _increase(_int(prev[_DBE]), _int(now[_DBE]))
             if dbe:

@@ -149,6 +149,19 @@ def test_with_the_detectors_off_records_are_read_and_routed_but_nothing_is_judge
     assert [d.reason.split(":")[0] for d in dead] == ["JSON is malformed"]
 
 
+def test_a_full_speed_replay_hands_the_router_its_records_as_they_are_and_counts_each_record(tmp_path: Path):
+    write_scenario("demo", 0, tmp_path)
+    fast = ReplaySource(tmp_path).build_part("input", "replay", None).next_batch()
+    paced = ReplaySource(tmp_path, speed=1e9).build_part("input", "replay", None).next_batch()
+    assert [type(item).__name__ for item in fast] == ["ReplayWindow"]  # no Routed made per record
+    assert [type(item).__name__ for item in paced] == ["list"]
+    lines = {t: sum(1 for _ in (tmp_path / f"{t}.jsonl").open()) for t in ("logs", "progress", "gpu", "scheduler")}
+    before = {t: metrics.EVENTS.labels(t)._value.get() for t in lines}
+    replay(tmp_path)
+    # Every record counted once by its stream, a GPU frame by its GPUs' records.
+    assert {t: metrics.EVENTS.labels(t)._value.get() - before[t] for t in lines} == lines
+
+
 def test_a_bad_first_timestamp_does_not_reorder_its_whole_file(tmp_path: Path, demo_result: RunResult):
     # The file's first line says a day later: before, every line of the file was sorted by it.
     for path in DEMO_DIR.glob("*.parquet"):

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainguard.detectors.clock import EventClock
 from trainguard.detectors.events import DeadLetter, GpuSample, JobEvent, LogRecord, ProgressRecord, Tick
+from trainguard.detectors.frames import GpuFrame
 from trainguard.detectors.routing import DEAD, Router, RouterSettings
 
 
@@ -273,3 +276,15 @@ def test_a_replay_window_is_routed_as_its_records_would_be(rows, size):
         return dead + router.route_batch(routed)
 
     assert run(lambda router, chunk: router.route_window(chunk, "replay/0")) == run(as_batch)
+
+
+def test_a_replay_frame_refused_by_the_window_route_is_a_dead_letter_per_gpu():
+    # A frame the replay reader cut from its rows has no bytes: each GPU's record is refused at its own offset.
+    router = Router(RouterSettings(lateness_s=0, tick_s=5, max_future_s=3600, max_late_s=3600))
+    first = LogRecord(ts=100_000.0, node="n", line="ok")
+    frame = GpuFrame.from_samples([GpuSample(ts=200_000.0, node="n", gpu=g, util_pct=1.0) for g in range(3)])
+    out = router.route_window([(100_000.0, 0, 7, first, b"x"), (100_000.0, 2, 40, frame, None)], "replay/0")
+    dead = [item for key, item in out if key == DEAD]
+    assert [(d.topic, d.offset) for d in dead] == [("gpu", 40), ("gpu", 41), ("gpu", 42)]
+    assert all("ahead of the newest event" in d.reason for d in dead)
+    assert [json.loads(d.payload)["gpu"] for d in dead] == [0, 1, 2]

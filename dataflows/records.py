@@ -51,9 +51,6 @@ class ReplayWindow:
     def __init__(self, records: list[ReplayRecord]) -> None:
         self.records = records
 
-    def __len__(self) -> int:
-        return len(self.records)
-
     def routed(self) -> list[Routed | DeadLetter]:
         return replay_routed(self.records)
 

@@ -33,6 +33,7 @@ from trainguard.detectors.frames import (
     GpuFrame,
     as_frame,
     nulls,
+    throttle_mask,
 )
 from trainguard.detectors.ids import gpu_id
 from trainguard.detectors.xid import xid_info
@@ -74,6 +75,7 @@ _DBE, _PENDING, _FAILED, _XID, _THROTTLE, _UTIL_ROW = (
     for f in ("ecc_dbe_total", "remapped_rows_pending", "remapped_rows_failed", "xid", "throttle_reasons", "util_pct")
 )
 _BURST_ROWS = tuple(COLUMN[field] for field, *_ in _BURSTS)
+_BURSTS_BY_ROW = tuple(zip(_BURST_ROWS, _BURSTS, strict=True))
 _JUDGED = max(_DBE, _PENDING, _FAILED, _XID, _THROTTLE, _UTIL_ROW, *_BURST_ROWS) + 1  # the rows judging reads
 
 
@@ -205,9 +207,7 @@ class GpuHealth:
         if pending:
             found += self._fire(frame.sample(i), "row_remap_pending", False, f"{pending} row remap(s) pending")
         counters_moved = prev is None or any(_int(prev[row]) != _int(now[row]) for row in _BURST_ROWS)
-        for row, (field, category, limit_name, what) in (
-            zip(_BURST_ROWS, _BURSTS, strict=True) if counters_moved else ()
-        ):
+        for row, (field, category, limit_name, what) in _BURSTS_BY_ROW if counters_moved else ():
             rise, since = self._window_rise(key, frame.ts, field, _int(now[row]))
             limit: int = getattr(s, limit_name)
             if rise >= limit:
@@ -219,8 +219,7 @@ class GpuHealth:
         util = now[_UTIL_ROW]
         if self.idle_drift and util == util and util < s.drift_idle_util_pct:  # (NaN: not reported)
             found += self._drift_of_gpu(frame, i)
-        reasons = now[_THROTTLE]
-        mask = int(reasons) if reasons == reasons else 0
+        mask = throttle_mask(_int(now[_THROTTLE]))
         if mask & SLOWDOWN_REASONS:
             slowed = self._throttled[key] = self._throttled.get(key, 0) + 1
         else:

@@ -184,14 +184,15 @@ def replay_throughput(
     medians = {config: sorted(runs)[len(runs) // 2] for config, runs in timings.items()}
     # The "×" column is against the first configuration that runs the detectors.
     baseline = next((total / m for (kind, _), m in medians.items() if kind != "b"), None)
-    for (kind, n), median in medians.items():
+    for (kind, n), runs in timings.items():
+        median = medians[(kind, n)]
         rate = total / median
         baseline = baseline or rate
         noun = {"p": "process", "t": "thread"}[kind] if n > 1 or kind == "p" else ""
         plural = ("es" if kind == "p" else "s") if n > 1 else ""
         label = "detectors off" if kind == "b" else f"{n} worker {noun}{plural}".rstrip()
         print(
-            f"{label:<21} {rate:>12,.0f} events/s median of {len(timings[(kind, n)])} ({median:.2f}s incl. start-up), "
+            f"{label:<21} {rate:>12,.0f} events/s median of {len(runs)} ({median:.2f}s incl. start-up), "
             f"×{rate / baseline:.2f}, {rate / raw_rate:.3f}× decode; anomalies {sorted(found[(kind, n)])}"
         )
     if ceilings:

@@ -138,7 +138,10 @@ class HangDetector:
     # -- inputs ---------------------------------------------------------------
     def observe_progress(self, ts: float, step: int, rank: int | None, node: str) -> bool:
         """A rank reached ``step``; returns whether the job as a whole advanced."""
-        self.observe_rank(ts, rank, node)
+        if rank is not None:  # (observe_rank, written out: this runs once per step of every job)
+            prev = self._rank_last.get(rank)
+            if prev is None or ts >= prev[0]:
+                self._rank_last[rank] = (ts, node)
         last = self._step
         if step < last:  # restarted from a checkpoint: warm up again
             self.restart(ts)
@@ -149,8 +152,9 @@ class HangDetector:
         last_advance = self._last_advance
         if last_advance is not None and self._steps_seen >= self.warmup_steps:
             gap = ts - last_advance
-            interval = self._interval
-            if self._pause_since is None and (interval is None or gap < max(4 * interval, 20.0)):
+            interval = self._interval  # the longest gap still a step's own: max(4 × interval, 20 s)
+            longest = None if interval is None else (20.0 if 4 * interval < 20.0 else 4 * interval)
+            if self._pause_since is None and (longest is None or gap < longest):
                 self._add_interval(gap / (step - last))
             elif last > 0:
                 self._pause_steps.append(last)  # a long pause after this step, and the job went on
@@ -158,7 +162,7 @@ class HangDetector:
             self._deltas.append(step - last)
         self._step = step
         self._steps_seen += 1
-        self._last_advance = ts if last_advance is None else max(ts, last_advance)
+        self._last_advance = last_advance if last_advance is not None and last_advance > ts else ts  # max()
         # A step clearly after the pause began ends it (some frameworks log no
         # end marker); records of the step just before the marker arrive a
         # little after it and must not.
@@ -247,7 +251,7 @@ class HangDetector:
             del ordered[bisect_left(ordered, intervals[0])]
         intervals.append(per_step)
         insort(ordered, per_step)
-        self._interval = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+        self._interval = ordered[int(0.9 * len(ordered))]  # (below len(ordered): 0.9 × n < n)
 
     def interval(self) -> float | None:
         """The 90th percentile of recent per-step intervals (``None`` before the first)."""

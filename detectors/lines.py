@@ -24,6 +24,8 @@ Unmatched()
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from functools import partial
 from typing import NamedTuple
 
 import msgspec
@@ -32,12 +34,20 @@ from trainguard.detectors.events import LogRecord
 from trainguard.detectors.hang import parse_rhythm
 from trainguard.detectors.literals import shape
 from trainguard.detectors.phases import phase_marker
-from trainguard.detectors.progress_parsers import ParsedProgress, RankScore, parse_nvrx_score, parse_progress
+from trainguard.detectors.progress_parsers import (
+    ParsedProgress,
+    RankScore,
+    parse_nvrx_score,
+    parse_progress,
+    progress_reader,
+)
 from trainguard.detectors.signatures import (
     MAX_MATCHED_CHARS,
     SignatureMatch,
     looks_fatal,
     match_line,
+    never_matches,
+    shape_memo,
     strip_envelope,
 )
 
@@ -109,6 +119,8 @@ class Stopped(NamedTuple):
     match: SignatureMatch | None
 
 
+_new_progress = partial(tuple.__new__, Progress)  # (NamedTuple's own __new__ takes twice as long)
+
 LineReading = Progress | NvrxScore | NvrxSection | PhaseMarker | Rhythm | Matched | Unmatched | Stopped
 
 # A launcher or scheduler saying the job is being stopped on request. torchelastic's agent on SIGTERM or
@@ -125,10 +137,19 @@ _STOPPED = re.compile(
 _STOP_SIGNATURES = frozenset({"launcher_killed", "python_exception"})
 
 
+# Shapes of step lines that read as progress and nothing else, whatever their numbers -> how to read one.
+_STEP_SHAPES: dict[bytes, Callable[[str], ParsedProgress]] = shape_memo()
+_MAX_STEP_SHAPES = 4096
+
+
 def read_line(line: str) -> LineReading:
     """Read one log line of a job."""
     # Its shape once, for both readings (a line over MAX_MATCHED_CHARS is matched on a clip of it).
     line_shape = shape(line) if len(line) <= MAX_MATCHED_CHARS else None
+    if line_shape is not None:
+        read = _STEP_SHAPES.get(line_shape)
+        if read is not None:  # a framework's step line, printed again with other numbers: read by slicing
+            return _new_progress((read(line), None))
     parsed = parse_progress(line, line_shape=line_shape)
     if parsed is not None and _VALIDATION_DONE in line:
         return PhaseMarker(starts=False)
@@ -136,6 +157,8 @@ def read_line(line: str) -> LineReading:
         fault = match_line(line, line_shape=line_shape)
         if fault is None and "\r" in line:  # a progress bar's redraws, then what the terminal shows last
             fault = match_line(line.rsplit("\r", 1)[1])
+        elif fault is None and line_shape is not None:
+            _remember_step_shape(line, line_shape)
         return Progress(parsed, fault)
     score = parse_nvrx_score(line)
     if score is not None:
@@ -160,6 +183,17 @@ def read_line(line: str) -> LineReading:
         if rhythm is not None:
             return Unmatched() if looks_fatal(line) else Rhythm(*rhythm)
     return Unmatched()
+
+
+def _remember_step_shape(line: str, line_shape: bytes) -> None:
+    """Read the next lines of ``line``'s shape by slicing, when their reading cannot depend on their digits:
+    progress read by slicing (:func:`progress_reader`), and no signature that could match any of them.
+    (No carriage return: it was checked, and the shape keeps it.)"""
+    read = progress_reader(line, line_shape)
+    if read is not None and never_matches(line_shape):
+        if len(_STEP_SHAPES) >= _MAX_STEP_SHAPES:
+            _STEP_SHAPES.clear()
+        _STEP_SHAPES[line_shape] = read
 
 
 def rejoin_wrapped(tail: LogRecord, rec: LogRecord) -> tuple[LogRecord, SignatureMatch] | None:

@@ -183,11 +183,13 @@ class JobMonitor:
     def _log(self, rec: LogRecord) -> list[Anomaly]:
         ts: float = rec.ts  # type: ignore[assignment]
         tail, self._wrap_tail = self._wrap_tail, None  # only the line just before can be wrapped onto this one
-        match read_line(rec.line):
-            case Progress(parsed, fault):
-                # (A printed step line is mostly a new step: straight to the general path.)
-                found = self._job_progress(ts, parsed.step, rec.rank, rec.node, parsed.step_time_s, None)
-                return found if fault is None else found + self._emit(self.crash.observe_match(rec, fault))
+        reading = read_line(rec.line)
+        if type(reading) is Progress:  # most lines: tested first, and unpacked without a class pattern's look-ups
+            (step, step_time, _, _), fault = reading
+            # (A printed step line is mostly a new step: straight to the general path.)
+            found = self._job_progress(ts, step, rec.rank, rec.node, step_time, None)
+            return found if fault is None else found + self._emit(self.crash.observe_match(rec, fault))
+        match reading:
             case NvrxScore(score):
                 return self._nvrx(ts, score.rank, score.node, score.score, rec)
             case NvrxSection(name):

@@ -24,6 +24,8 @@ True
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from functools import partial
 from typing import NamedTuple
 
 import msgspec
@@ -98,24 +100,52 @@ def parse_progress(line: str, *, line_shape: bytes | None = None) -> ParsedProgr
     return _parse(line, line_shape)
 
 
-def _parse(line: str, line_shape: bytes | None) -> ParsedProgress | None:
+def progress_reader(line: str, line_shape: bytes) -> Callable[[str], ParsedProgress] | None:
+    """How :func:`parse_progress` reads every line of ``line``'s shape, when slicing it where ``line`` matched
+    is all it does (Megatron's and torchtitan's step lines): ``reader(other)`` is ``parse_progress(other)``
+    for any ``other`` of that shape. ``None`` for other lines.
+
+    >>> from trainguard.detectors.literals import shape
+    >>> line = "iteration 12/ 50 | elapsed time per iteration (ms): 812.5 |"
+    >>> reader = progress_reader(line, shape(line))
+    >>> reader("iteration 13/ 50 | elapsed time per iteration (ms): 790.0 |")
+    ParsedProgress(step=13, step_time_s=0.79, tokens_per_s=None, samples_per_s=None)
+    """
+    return None if "\x1b" in line else _sliced(line, line_shape)
+
+
+# NamedTuple's generated __new__ takes twice as long as the tuple's own: the step lines' hot path builds them so.
+_new_parsed = partial(tuple.__new__, ParsedProgress)
+
+
+def _megatron(step: slice, elapsed: slice, divisor: float, sps: slice | None, line: str) -> ParsedProgress:
+    # (A time in seconds is divided by 1.0: exact, like not dividing it.)
+    return _new_parsed((int(line[step]), _num(line[elapsed]) / divisor, None, None if sps is None else _num(line[sps])))
+
+
+def _torchtitan(step: slice, tps: slice, line: str) -> ParsedProgress:
+    return _new_parsed((int(line[step]), None, _num(line[tps]), None))
+
+
+def _sliced(line: str, line_shape: bytes | None) -> Callable[[str], ParsedProgress] | None:
+    """The reading of a step line of the formats read by slicing, tried first: Megatron's, torchtitan's."""
     if "elapsed time per iteration" in line:
         at = _MEGATRON.spans(line, line_shape)
         if at is not None:
-            _, (step_from, step_to), (unit_from, unit_to), (elapsed_from, elapsed_to) = at
-            elapsed = _num(line[elapsed_from:elapsed_to])
-            sps = _MEGATRON_SPS.spans(line, line_shape)
-            return ParsedProgress(
-                int(line[step_from:step_to]),
-                elapsed / 1000.0 if line[unit_from:unit_to] == "ms" else elapsed,
-                None,
-                None if sps is None else _num(line[sps[1][0] : sps[1][1]]),
-            )
+            (_, step, unit, elapsed), sps = at, _MEGATRON_SPS.spans(line, line_shape)
+            divisor = 1000.0 if line[unit[0] : unit[1]] == "ms" else 1.0
+            return partial(_megatron, slice(*step), slice(*elapsed), divisor, None if sps is None else slice(*sps[1]))
     if "tps:" in line:
         at = _TORCHTITAN.spans(line, line_shape)
         if at is not None:
-            _, (step_from, step_to), (tps_from, tps_to) = at
-            return ParsedProgress(step=int(line[step_from:step_to]), tokens_per_s=_num(line[tps_from:tps_to]))
+            return partial(_torchtitan, slice(*at[1]), slice(*at[2]))
+    return None
+
+
+def _parse(line: str, line_shape: bytes | None) -> ParsedProgress | None:
+    read = _sliced(line, line_shape)
+    if read is not None:
+        return read(line)
     if "SamplesPerSec" in line:
         m = _DS_TIMER.search(line)
         if m:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import ahocorasick_rs
 
@@ -141,6 +142,27 @@ def strip_envelope(line: str) -> str:
 
 
 _site: tuple[Signature, ...] = ()
+# Memos keyed by line shape whose entries hold while the signatures stay as they are (see shape_memo).
+_SHAPE_MEMOS: list[dict[bytes, Any]] = []
+
+
+def shape_memo() -> dict[bytes, Any]:
+    """A new dict for what a line's shape says once the signatures have been asked about it:
+    :func:`use_site_signatures` empties it, since other signatures may read that shape otherwise."""
+    memo: dict[bytes, Any] = {}
+    _SHAPE_MEMOS.append(memo)
+    return memo
+
+
+def never_matches(line_shape: bytes) -> bool:
+    """Whether :func:`match_line` finds nothing in every line of this shape (no longer than
+    :data:`MAX_MATCHED_CHARS`), as one such line already showed: ``False`` when unsure.
+
+    >>> line = "iteration 7/ 9 | elapsed time per iteration (ms): 5.1 | number of nan iterations: 0 |"
+    >>> never_matches(shape(line)), match_line(line), never_matches(shape(line))
+    (False, None, True)
+    """
+    return _plan(CATALOGUE).never_matches(line_shape) and (not _site or _plan(_site).never_matches(line_shape))
 
 
 def use_site_signatures(signatures: Iterable[SiteSignature]) -> None:
@@ -158,6 +180,8 @@ def use_site_signatures(signatures: Iterable[SiteSignature]) -> None:
     True
     """
     global _site
+    for memo in _SHAPE_MEMOS:
+        memo.clear()
     _site = tuple(
         Signature(
             f"site:{s.id}",
@@ -278,6 +302,12 @@ class _Plan:
                 self._digit_words.may_hold(line_shape),
             )
         return found
+
+    def never_matches(self, line_shape: bytes) -> bool:
+        """Whether no line of this shape can match: one did not, and no alternative that could tell its digits
+        apart was worth searching in it."""
+        remembered = self._unmatched.get(line_shape)
+        return remembered is not None and not remembered[0] and not remembered[1]
 
     def _first_match(self, line: str, candidates: list[int]) -> SignatureMatch | None:
         signatures, branches = self.signatures, self.branches

@@ -6,9 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainguard.detectors import progress_parsers
+from trainguard.detectors import lines, progress_parsers
 from trainguard.detectors.literals import ShapedPattern, shape
 from trainguard.detectors.progress_parsers import parse_progress
+from trainguard.detectors.settings import SiteSignature
+from trainguard.detectors.signatures import use_site_signatures
 
 _NUMBER = st.one_of(
     st.integers(0, 10**9).map(str),
@@ -77,3 +79,58 @@ def test_remembered_shapes_are_bounded():
         line = "step " + "1" * width
         assert pattern.spans(line, shape(line)) == ((0, 5 + width), (5, 5 + width))
     assert len(pattern._at) <= 3
+
+
+# Step lines whose shape the line reader may remember as "progress and nothing else", and lines of a step
+# line's shape that say more: a fault that depends on their digits, a redrawn bar, a validation's end.
+_READ_TEMPLATES = [
+    *_TEMPLATES,
+    "iteration {}/ {} | elapsed time per iteration (ms): {} | loss_scale: {} | grad norm: {} |",
+    "iteration {}/ {} | elapsed time per iteration (ms): {} | lm loss: {} |\riteration {}/ 9 | loss_scale: 0.5",
+    "validate step: {}  loss: {}  tps: {}  memory: {}GiB  step: {}",
+]
+
+
+def _read_afresh(line: str) -> lines.LineReading:
+    lines._STEP_SHAPES.clear()
+    return lines.read_line(line)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.sampled_from(_READ_TEMPLATES), st.lists(st.lists(_NUMBER, min_size=5, max_size=5), min_size=2, max_size=6))
+def test_lines_of_a_remembered_step_shape_read_as_a_fresh_reader_reads_them(template: str, rows: list[list[str]]):
+    texts = []
+    for numbers in rows:
+        line = _line(template, numbers)
+        twin = line.translate(str.maketrans("0123456789", "7890123456"))  # the same shape
+        texts += [line, twin, line]  # each read after a line of its shape
+    expected = [_read_afresh(text) for text in texts]
+    lines._STEP_SHAPES.clear()
+    assert [lines.read_line(text) for text in texts] == expected
+
+
+def test_a_step_shape_is_remembered_only_while_the_signatures_stay():
+    line = (
+        "iteration      121/  500000 | elapsed time per iteration (ms): 4301.2 | consumed samples: 7 | "
+        "number of nan iterations:   0 |"
+    )
+    lines._STEP_SHAPES.clear()
+    assert lines.read_line(line) == lines.read_line(line) == ((121, 4.3012, None, None), None)
+    assert shape(line) in lines._STEP_SHAPES
+    try:
+        use_site_signatures(
+            [SiteSignature(id="slow", pattern=r"consumed samples: 7 ", category="slow_io", layer="system_software")]
+        )
+        reading = lines.read_line(line)
+        assert type(reading) is lines.Progress and reading.match.signature.id == "site:slow"
+    finally:
+        use_site_signatures([])
+    assert lines.read_line(line).match is None
+
+
+def test_a_step_shape_whose_fault_depends_on_its_digits_is_not_remembered():
+    template = "iteration {}/ 100 | elapsed time per iteration (ms): 12.5 | loss_scale: {} | grad norm: 1 |"
+    lines._STEP_SHAPES.clear()
+    assert lines.read_line(template.format(5, "7.0")).match is None
+    collapsed = lines.read_line(template.format(6, "0.3")).match  # the same shape: the scale fell below 1
+    assert collapsed is not None and collapsed.signature.id == "loss_scale_collapse"

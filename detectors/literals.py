@@ -23,6 +23,7 @@ True
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 
 try:  # Python 3.11+
@@ -35,6 +36,14 @@ except ImportError:  # pragma: no cover - older Pythons
 MIN_LENGTH = 2  # a shorter string is in nearly every line: not worth a look-up
 _ZEROS = bytes.maketrans(b"123456789", b"000000000")
 
+
+@lru_cache(maxsize=2048)
+def _tree(pattern: str) -> Any:
+    """``pattern`` parsed, once for both readings of it (what it requires, whether it is digit-blind), which
+    only read the tree: parsing is most of what a catalogue's plan costs at start-up."""
+    return _p.parse(pattern)
+
+
 Literal = tuple[str, bool]  # (text, case-insensitive: then lower-case)
 Requirement = frozenset[Literal] | None
 
@@ -42,7 +51,7 @@ Requirement = frozenset[Literal] | None
 def required_literals(pattern: str) -> Requirement:
     """Strings one of which every match of ``pattern`` contains; ``None`` when it cannot tell."""
     try:
-        tree = _p.parse(pattern)
+        tree = _tree(pattern)
     except (re.error, RecursionError):
         return None
     flags = tree.state.flags
@@ -167,7 +176,7 @@ def digit_blind(pattern: str) -> bool:
     (False, False, False)
     """
     try:
-        tree = _p.parse(pattern)
+        tree = _tree(pattern)
     except (re.error, RecursionError):
         return False
     return _blind(list(tree))

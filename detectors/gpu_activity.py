@@ -157,7 +157,7 @@ class GpuActivity:
     def verdict(self, since: float) -> Verdict:
         """What the GPUs did in the samples taken after ``since`` (the last step)."""
         per_gpu: dict[GpuKey, list[tuple[float, float | None, float | None]]] = {
-            key: [s for s in recent if s[0] > since] for key, recent in self._recent.items()
+            key: [s for s in recent if s[0] > since] for key, recent in self._recent.items(after=since)
         }
         per_gpu = {k: v for k, v in per_gpu.items() if v}
         if not per_gpu:
@@ -221,7 +221,7 @@ def _fold(levels: dict[int, float], gpu: int, powers: list[float]) -> None:
 
 def _reading(frame: GpuFrame, i: int) -> Reading:
     values = frame.values
-    return frame.ts, values[UTIL, i].item(), values[POWER, i].item()
+    return frame.ts, values.item(UTIL, i), values.item(POWER, i)  # (Python floats, without numpy scalars)
 
 
 def _has(samples: list[tuple[float, float | None, float | None]], index: int) -> bool:

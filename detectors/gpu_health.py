@@ -165,7 +165,8 @@ class GpuHealth:
         return found
 
     def _drift_of_gpu(self, frame: GpuFrame, i: int) -> list[Finding]:
-        temp, power = nulls([frame.values[_TEMP, i].item(), frame.values[_POWER, i].item()])
+        values = frame.values  # (item(row, column): a Python float without a numpy scalar on the way)
+        temp, power = nulls([values.item(_TEMP, i), values.item(_POWER, i)])
         return self._drift_of_idle(frame.keys[i], temp, power, lambda: frame.sample(i))
 
     def _need(self, frame: GpuFrame, i: int, last: tuple[GpuFrame, int], key: tuple[str, int]) -> int:
@@ -177,7 +178,7 @@ class GpuHealth:
         return self._idle_need(frame, i)
 
     def _idle_need(self, frame: GpuFrame, i: int) -> int:
-        return _DRIFT if self.idle_drift and frame.values[UTIL, i] < self.settings.drift_idle_util_pct else _QUIET
+        return _DRIFT if self.idle_drift and frame.values.item(UTIL, i) < self.settings.drift_idle_util_pct else _QUIET
 
     def _any_idle(self, frame: GpuFrame) -> bool:
         util = frame.values[UTIL]

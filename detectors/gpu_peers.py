@@ -135,5 +135,5 @@ def _sighting(frame: GpuFrame, i: int) -> Sighting:
 
 
 def _slowed(frame: GpuFrame, i: int) -> bool:
-    reasons = frame.values[_THROTTLE, i]
+    reasons = frame.values.item(_THROTTLE, i)
     return reasons == reasons and int(reasons) & SLOWDOWN_REASONS != 0

@@ -104,16 +104,25 @@ class GpuWindows(Generic[T]):
         del self._runs[node]
         self._frames[node] = frames
 
-    def items(self, last: int | None = None) -> Iterator[tuple[GpuKey, list[T]]]:
+    def items(self, last: int | None = None, after: float | None = None) -> Iterator[tuple[GpuKey, list[T]]]:
         """``(GPU, its samples, oldest first)`` for every GPU, in the order they were first seen; ``last``: only
-        each GPU's newest that many."""
+        each GPU's newest that many. ``after``: of a node kept a frame at a time, only the samples of its
+        frames taken after then (a GPU kept one by one gives all of its: their time is in the caller's
+        samples, which this does not read) — the samples are made only for those frames."""
         sample, cut = self.sample, -last if last else 0
+        chosen: dict[str, list[GpuFrame]] = {}  # each node's frames to sample, chosen once for its GPUs
         for key, frames, i in self._where():
             if frames is None:
                 window = self._gpus[key]
                 yield key, list(window)[cut:] if cut else list(window)
-            else:
-                yield key, [sample(frame, i) for frame in (list(frames)[cut:] if cut else frames)]
+                continue
+            node_frames = chosen.get(key[0])
+            if node_frames is None:
+                node_frames = list(frames)[cut:] if cut else list(frames)
+                if after is not None:
+                    node_frames = [frame for frame in node_frames if frame.ts > after]
+                chosen[key[0]] = node_frames
+            yield key, [sample(frame, i) for frame in node_frames]
 
     def newest_frames(self) -> Iterator[GpuFrame]:
         """The newest frame of each node kept a frame at a time (its GPUs were all seen last then)."""

@@ -37,6 +37,10 @@ def test_windows_hold_each_gpus_last_samples_in_first_seen_order(steps, keep):
             expected.setdefault((node, gpu), deque(maxlen=keep)).append((float(t), gpu))
     assert [(k, w) for k, w in windows.items()] == [(k, list(w)) for k, w in expected.items()]
     assert dict(windows.items(last=1)) == {k: list(w)[-1:] for k, w in expected.items()}
+    for after in (-1.0, len(steps) / 2, float(len(steps))):  # what a caller keeps of them: the samples after then
+        assert [(k, [s for s in w if s[0] > after]) for k, w in windows.items(after=after)] == [
+            (k, [s for s in w if s[0] > after]) for k, w in expected.items()
+        ]
     newest = {(f.node, g): f.ts for f in windows.newest_frames() for g in f.gpus}
     newest.update({k: s[0] for k, s in windows.newest_apart()})
     assert newest == {k: w[-1][0] for k, w in expected.items()}

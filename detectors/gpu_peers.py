@@ -76,7 +76,7 @@ class GpuPeers:
         row = COLUMN[field]
         out = {}
         for key, sightings in self._samples.items(last):
-            values = [v for frame, i in sightings if (v := float(frame.values[row, i])) == v]
+            values = [v for frame, i in sightings if (v := frame.values.item(row, i)) == v]
             if values:
                 out[key] = median(values)
         return out

@@ -120,6 +120,11 @@ class GpuBlock:
         new[0] = True
         np.not_equal(ts[1:], ts[:-1], out=new[1:])
         new[1:] |= codes[1:] != codes[:-1]
+        # No GPU twice in a run: GPU indexes rising within every run (as collectors sweep them) says so in one
+        # pass; otherwise the run's GPUs sorted say it.
+        rising = new[1:] | (gpu[1:] > gpu[:-1])
+        if rising.all():
+            return np.flatnonzero(new).tolist()
         run = np.cumsum(new)
         order = np.lexsort((gpu, run))
         if not ((run[order][1:] == run[order][:-1]) & (gpu[order][1:] == gpu[order][:-1])).any():

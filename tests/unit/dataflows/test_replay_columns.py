@@ -11,6 +11,7 @@ import signal
 import threading
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from hypothesis import given, settings
@@ -18,9 +19,16 @@ from hypothesis import strategies as st
 
 from trainguard.dataflows import replay
 from trainguard.dataflows.records import replay_routed
-from trainguard.dataflows.replay_columns import _BLOCK_BYTES, jsonl_blocks, line_blocks, parquet_blocks, read_ahead
+from trainguard.dataflows.replay_columns import (
+    _BLOCK_BYTES,
+    GpuBlock,
+    jsonl_blocks,
+    line_blocks,
+    parquet_blocks,
+    read_ahead,
+)
 from trainguard.detectors.events import DeadLetter, decode
-from trainguard.detectors.frames import GpuFrame, rare_rows, throttle_mask
+from trainguard.detectors.frames import FIELDS, GpuFrame, rare_rows, same_sweep, throttle_mask
 
 T0 = 1_796_119_200.0
 
@@ -421,3 +429,26 @@ def test_batches_cut_from_windows_are_the_records_in_order_and_skip_resumes_wher
     resumed = replay._Windows(replay.merged_event_windows(tmp_path), 333, None)
     assert resumed.skip(1234) == 1234
     assert replay_routed(resumed.next_batch()) == records[1234 : 1234 + 333]
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2), st.integers(0, 1), st.lists(st.integers(0, 7), min_size=1, max_size=8)),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_a_block_is_cut_into_frames_by_the_record_rule(sweeps):
+    """Rows of one node and instant are a frame until a GPU comes twice, whatever order the GPUs come in."""
+    rows = [(T0 + t, node, gpu) for t, node, gpus in sweeps for gpu in gpus]
+    ts, nodes, gpus = (list(column) for column in zip(*rows, strict=True))
+    block = GpuBlock(np.array(ts), ["n0", "n1"], np.array(nodes), gpus, np.zeros((len(FIELDS), len(rows))), None, None)
+    expected, held = [0], {gpus[0]}
+    for i in range(1, len(rows)):
+        first = expected[-1]
+        if not same_sweep(ts[i], nodes[i], gpus[i], ts[first], nodes[first], held):
+            expected.append(i)
+            held = set()
+        held.add(gpus[i])
+    assert block._starts() == expected

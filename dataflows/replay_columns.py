@@ -129,16 +129,24 @@ class GpuBlock:
         order = np.lexsort((gpu, run))
         if not ((run[order][1:] == run[order][:-1]) & (gpu[order][1:] == gpu[order][:-1])).any():
             return np.flatnonzero(new).tolist()
-        node, gpus = codes.tolist(), self.gpu  # (equal indexes, equal names)
-        starts = [0]
-        run_gpus = {gpus[0]}
-        for i in range(1, len(ts)):
-            first = starts[-1]
-            if not same_sweep(ts[i], node[i], gpus[i], ts[first], node[first], run_gpus):
-                starts.append(i)
-                run_gpus = set()
-            run_gpus.add(gpus[i])
-        return starts
+        return sweep_starts(ts.tolist(), codes.tolist(), self.gpu)  # (equal indexes, equal names)
+
+
+def sweep_starts(ts: list[float], node: list[Any], gpus: list[int]) -> list[int]:
+    """Where each frame of these rows begins, by :func:`~trainguard.detectors.frames.same_sweep`, row by row.
+
+    >>> sweep_starts([1.0, 1.0, 1.0, 2.0], ["a", "a", "a", "a"], [0, 1, 1, 0])
+    [0, 2, 3]
+    """
+    starts = [0]
+    run_gpus = {gpus[0]}
+    for i in range(1, len(ts)):
+        first = starts[-1]
+        if not same_sweep(ts[i], node[i], gpus[i], ts[first], node[first], run_gpus):
+            starts.append(i)
+            run_gpus = set()
+        run_gpus.add(gpus[i])
+    return starts
 
 
 def _checked(table: pa.Table) -> GpuBlock | None:

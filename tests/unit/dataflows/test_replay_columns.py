@@ -26,9 +26,10 @@ from trainguard.dataflows.replay_columns import (
     line_blocks,
     parquet_blocks,
     read_ahead,
+    sweep_starts,
 )
 from trainguard.detectors.events import DeadLetter, decode
-from trainguard.detectors.frames import FIELDS, GpuFrame, rare_rows, same_sweep, throttle_mask
+from trainguard.detectors.frames import FIELDS, GpuFrame, rare_rows, throttle_mask
 
 T0 = 1_796_119_200.0
 
@@ -444,11 +445,4 @@ def test_a_block_is_cut_into_frames_by_the_record_rule(sweeps):
     rows = [(T0 + t, node, gpu) for t, node, gpus in sweeps for gpu in gpus]
     ts, nodes, gpus = (list(column) for column in zip(*rows, strict=True))
     block = GpuBlock(np.array(ts), ["n0", "n1"], np.array(nodes), gpus, np.zeros((len(FIELDS), len(rows))), None, None)
-    expected, held = [0], {gpus[0]}
-    for i in range(1, len(rows)):
-        first = expected[-1]
-        if not same_sweep(ts[i], nodes[i], gpus[i], ts[first], nodes[first], held):
-            expected.append(i)
-            held = set()
-        held.add(gpus[i])
-    assert block._starts() == expected
+    assert block._starts() == sweep_starts(ts, nodes, gpus)

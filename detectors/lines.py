@@ -190,7 +190,7 @@ def _remember_step_shape(line: str, line_shape: bytes) -> None:
     progress read by slicing (:func:`progress_reader`), and no signature that could match any of them.
     (No carriage return: it was checked, and the shape keeps it.)"""
     read = progress_reader(line, line_shape)
-    if read is not None and never_matches(line_shape):
+    if read is not None and never_matches(line, line_shape):
         if len(_STEP_SHAPES) >= _MAX_STEP_SHAPES:
             _STEP_SHAPES.clear()
         _STEP_SHAPES[line_shape] = read

@@ -154,15 +154,26 @@ def shape_memo() -> dict[bytes, Any]:
     return memo
 
 
-def never_matches(line_shape: bytes) -> bool:
-    """Whether :func:`match_line` finds nothing in every line of this shape (no longer than
-    :data:`MAX_MATCHED_CHARS`), as one such line already showed: ``False`` when unsure.
+def never_matches(line: str, line_shape: bytes) -> bool:
+    """Whether :func:`match_line` finds nothing in any line of this shape (no longer than
+    :data:`MAX_MATCHED_CHARS`), ``line`` being one it found nothing in. Each signature plan that does not
+    know the shape yet searches ``line`` in full for it, once: a line the catalogue's pre-filter turned away
+    has left no trace (the pre-filter's words hold digits, so its answer may differ for other lines of the
+    shape; the full search, which finds nothing either where the pre-filter did, says what would).
 
-    >>> line = "iteration 7/ 9 | elapsed time per iteration (ms): 5.1 | number of nan iterations: 0 |"
-    >>> never_matches(shape(line)), match_line(line), never_matches(shape(line))
-    (False, None, True)
+    >>> line = "[rank0]: step: 40  loss:  7.1234  memory: 30.1GiB(40.2%)  tps: 5,320  mfu: 30.2%"
+    >>> match_line(line), never_matches(line, shape(line))
+    (None, True)
+    >>> scale = "iteration 7/ 9 | elapsed time per iteration (ms): 5.1 | loss_scale: 2.5 |"
+    >>> match_line(scale), never_matches(scale, shape(scale))  # "loss_scale: 0.5" would: the digits decide
+    (None, False)
     """
-    return _plan(CATALOGUE).never_matches(line_shape) and (not _site or _plan(_site).never_matches(line_shape))
+    for plan in (_plan(_site), _plan(CATALOGUE)) if _site else (_plan(CATALOGUE),):
+        if not plan.knows(line_shape):
+            plan.search(line, line_shape)  # (nothing found, as in match_line: the shape is remembered)
+        if not plan.never_matches(line_shape):
+            return False
+    return True
 
 
 def use_site_signatures(signatures: Iterable[SiteSignature]) -> None:
@@ -180,8 +191,6 @@ def use_site_signatures(signatures: Iterable[SiteSignature]) -> None:
     True
     """
     global _site
-    for memo in _SHAPE_MEMOS:
-        memo.clear()
     _site = tuple(
         Signature(
             f"site:{s.id}",
@@ -198,6 +207,8 @@ def use_site_signatures(signatures: Iterable[SiteSignature]) -> None:
         )
         for s in signatures
     )
+    for memo in _SHAPE_MEMOS:  # (after: what a line of a shape reads as may now differ)
+        memo.clear()
 
 
 class _Plan:
@@ -226,6 +237,8 @@ class _Plan:
         # Shapes of lines no alternative matched -> the digit-seeing alternatives that were worth searching,
         # and whether a line of that shape may hold a string with a digit in it (see _Lookup.may_hold).
         self._unmatched: dict[bytes, tuple[list[int], bool]] = {}
+        # Alternatives of signatures with anchors, none holding a digit -> those anchors (see _first_match).
+        self._anchored: dict[int, tuple[str, ...]] = {}
         by_word: dict[int, set[int]] = {}
         for index, sig in enumerate(signatures):
             pieces = alternatives(sig.pattern)
@@ -239,6 +252,8 @@ class _Plan:
                     by_word.setdefault(words.setdefault(word, len(words)), set()).add(branch)
                 if not digit_blind(piece) or _has_digit(sig.anchors):
                     self.sees_digits.add(branch)
+                if sig.anchors and not _has_digit(sig.anchors):
+                    self._anchored[branch] = sig.anchors
         self.by_word = {word: frozenset(branches) for word, branches in by_word.items()}
         exact = [(w, i) for (w, folded), i in words.items() if not folded]
         folded = [(w, i) for (w, is_folded), i in words.items() if is_folded]
@@ -296,12 +311,18 @@ class _Plan:
         if found is None and line_shape is not None:
             if len(self._unmatched) >= MAX_SHAPES:
                 self._unmatched.clear()
-            seeing = self.sees_digits
+            seeing, anchored = self.sees_digits, self._anchored
+            # A digit-seeing alternative none of whose anchors (words without digits) is in the line is in no
+            # line of its shape either: the shape keeps every character that is not a digit.
             self._unmatched[line_shape] = (
-                [i for i in candidates if i in seeing],
+                [i for i in candidates if i in seeing and (i not in anchored or any(w in line for w in anchored[i]))],
                 self._digit_words.may_hold(line_shape),
             )
         return found
+
+    def knows(self, line_shape: bytes) -> bool:
+        """Whether a line of this shape was searched in full and matched nothing."""
+        return line_shape in self._unmatched
 
     def never_matches(self, line_shape: bytes) -> bool:
         """Whether no line of this shape can match: one did not, and no alternative that could tell its digits

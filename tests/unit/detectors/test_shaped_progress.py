@@ -134,3 +134,17 @@ def test_a_step_shape_whose_fault_depends_on_its_digits_is_not_remembered():
     assert lines.read_line(template.format(5, "7.0")).match is None
     collapsed = lines.read_line(template.format(6, "0.3")).match  # the same shape: the scale fell below 1
     assert collapsed is not None and collapsed.signature.id == "loss_scale_collapse"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[rank0]: step: 40  loss:  7.1234  memory: 30.1GiB(40.2%)  tps: 5,320  mfu: 30.2%",  # a word for an anchor
+        "iteration      12/  345 | elapsed time per iteration (ms): 81.5 |",  # no word of the pre-filter's
+    ],
+)
+def test_step_lines_the_catalogue_would_turn_away_are_remembered_by_shape(line):
+    lines._STEP_SHAPES.clear()
+    first = lines.read_line(line)
+    assert type(first) is lines.Progress and first.match is None
+    assert shape(line) in lines._STEP_SHAPES

@@ -156,6 +156,8 @@ def replay_throughput(
                 print(f"split into {n} shards once, in {time.perf_counter() - started:.2f}s")
 
         timings: dict[tuple[str, int], list[float]] = {c: [] for c in configs}
+        # The main thread's CPU shows how much of a run's wall time waited on the reading thread.
+        main_cpu: dict[tuple[str, int], list[float]] = {c: [] for c in configs}
         most = max((n for kind, n in configs if kind == "p"), default=1)
         ceilings: list[float] = []
         found: dict[tuple[str, int], set[int]] = {c: set() for c in configs}
@@ -163,7 +165,7 @@ def replay_throughput(
             for kind, n in configs:
                 anomalies: list = []
                 outputs = Outputs(on_anomalies=anomalies.extend)
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.thread_time()
                 if kind == "p":
                     source = ShardedReplaySource(splits.get(n, directory))
                     run_processes(lambda o, source=source: build_flow(source, Settings(), o), n, outputs)
@@ -172,6 +174,7 @@ def replay_throughput(
                     settings.router.shards = n
                     run_threads(build_flow(ReplaySource(directory), settings, outputs, detect=kind != "b"), n)
                 timings[(kind, n)].append(time.perf_counter() - started)
+                main_cpu[(kind, n)].append(time.thread_time() - cpu_started)
                 found[(kind, n)].add(len(anomalies))
             if most > 1:
                 ceilings.append(machine_ceiling(most))
@@ -186,14 +189,18 @@ def replay_throughput(
     baseline = next((total / m for (kind, _), m in medians.items() if kind != "b"), None)
     for (kind, n), runs in timings.items():
         median = medians[(kind, n)]
+        cpu = sorted(main_cpu[(kind, n)])[len(runs) // 2]
+        # A process run's main thread only waits on its workers.
+        cpu_note = "" if kind == "p" else f", main thread {cpu:.2f}s CPU"
         rate = total / median
         baseline = baseline or rate
         noun = {"p": "process", "t": "thread"}[kind] if n > 1 or kind == "p" else ""
         plural = ("es" if kind == "p" else "s") if n > 1 else ""
         label = "detectors off" if kind == "b" else f"{n} worker {noun}{plural}".rstrip()
         print(
-            f"{label:<21} {rate:>12,.0f} events/s median of {len(runs)} ({median:.2f}s incl. start-up), "
-            f"×{rate / baseline:.2f}, {rate / raw_rate:.3f}× decode; anomalies {sorted(found[(kind, n)])}"
+            f"{label:<21} {rate:>12,.0f} events/s median of {len(runs)} ({median:.2f}s incl. start-up{cpu_note}), "
+            f"×{rate / baseline:.2f}, {rate / raw_rate:.3f}× decode; "
+            f"anomalies {sorted(found[(kind, n)])}"
         )
     if ceilings:
         ceiling = sorted(ceilings)[len(ceilings) // 2]

@@ -61,12 +61,7 @@ class StragglerDetector:
         if len(self._baseline) < self._baseline.maxlen // 2:  # type: ignore[operator]
             self._learn(step_time)
             return None
-        kept = self._sorted  # (the median as _median takes it, written out: this runs on every step)
-        if kept:
-            n = len(kept)
-            base = kept[n // 2] if n % 2 else (kept[n // 2 - 1] + kept[n // 2]) / 2
-        else:
-            base = self._median()
+        base = self._median()
         if step_time > self.ratio * base:
             self._slow_run.append((ts, step_time))
             self._normal_run = 0
